@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# slurm-up.sh: start a one-machine Slurm (22.05, Debian's slurm-wlm) for the
+# tests, as root: a private munged, slurmctld and slurmd.
+#
+# Usage: eval "$(scripts/ci/slurm-up.sh [STATE_DIR])"
+#        ... tests ...
+#        scripts/ci/slurm-down.sh [STATE_DIR]
+#
+#   STATE_DIR  where the configuration, pid files, logs, spool and the munge
+#              socket live; default $KBUNDLE_SLURM_STATE, else
+#              /tmp/kbundle-slurm. Give the same folder to slurm-down.sh.
+#
+# The configuration is scripts/ci/slurm.conf.in filled in for this machine:
+# its short host name and the first line of `slurmd -C`. munged runs as the
+# munge user with its own socket and pid file inside STATE_DIR, so a system
+# munged (if any) is neither used nor disturbed.
+#
+# Leftovers of an earlier run with the same STATE_DIR (daemons still running,
+# stale pid files, old jobs) are stopped and cleared first. A slurmctld or
+# slurmd from some OTHER configuration would hold the ports: the script then
+# fails and names it. It waits (at most KBUNDLE_SLURM_WAIT seconds, default
+# 60) until the node is idle. On success the only thing on stdout is
+#   export SLURM_CONF=STATE_DIR/slurm.conf
+# and the exit status is 0; on failure it stops what it started, prints the
+# daemons' log tails on stderr and exits 1.
+set -euo pipefail
+
+STATE=${1:-${KBUNDLE_SLURM_STATE:-/tmp/kbundle-slurm}}
+case $STATE in
+/*) ;;
+*) STATE=$PWD/$STATE ;;
+esac
+STATE=${STATE%/}
+WAIT=${KBUNDLE_SLURM_WAIT:-60}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TEMPLATE=$HERE/slurm.conf.in
+CONF=$STATE/slurm.conf
+MUNGEDIR=$STATE/munge
+SOCKET=$MUNGEDIR/munge.socket
+
+say() { printf 'slurm-up: %s\n' "$*" >&2; }
+die() {
+	say "error: $*"
+	exit 1
+}
+
+# --- preconditions -----------------------------------------------------------
+[[ -n $STATE && $STATE != / ]] || die "refusing state folder '$STATE'"
+[[ $(id -u) == 0 ]] || die "must run as root (slurmd, and munged as the munge user)"
+missing=()
+for b in munged munge unmunge slurmctld slurmd sinfo scontrol srun sbatch squeue scancel runuser; do
+	command -v "$b" >/dev/null || missing+=("$b")
+done
+((${#missing[@]} == 0)) || die "missing programs: ${missing[*]} (install the Debian packages: apt-get install -y slurm-wlm munge)"
+id munge >/dev/null 2>&1 || die "no munge user (install the munge package)"
+[[ -r /etc/munge/munge.key ]] || die "no /etc/munge/munge.key (install the munge package, or run mungekey as the munge user)"
+[[ -r $TEMPLATE ]] || die "missing $TEMPLATE"
+HOST=$(hostname -s)
+getent hosts "$HOST" >/dev/null || die "host name '$HOST' does not resolve (add it to /etc/hosts)"
+NODELINE=$(slurmd -C 2>/dev/null | head -n 1)
+[[ $NODELINE == NodeName=* ]] || die "unexpected output from slurmd -C: '$NODELINE'"
+
+# --- leftovers -----------------------------------------------------------------
+mkdir -p "$STATE"
+"$HERE/slurm-down.sh" "$STATE" 2>&1 | sed 's/^/  /' >&2 || true
+
+# A daemon from another configuration holds the ports: name it, do not kill it.
+foreign=()
+for p in /proc/[0-9]*; do
+	comm=$(cat "$p/comm" 2>/dev/null) || continue
+	case $comm in
+	slurmctld | slurmd)
+		st=$(cut -d' ' -f3 "$p/stat" 2>/dev/null) || continue
+		[[ $st == Z ]] && continue
+		foreign+=("${p#/proc/} ($(tr '\0' ' ' <"$p/cmdline" 2>/dev/null))")
+		;;
+	esac
+done
+((${#foreign[@]} == 0)) || die "another Slurm daemon is running and holds the ports: ${foreign[*]}; stop it (e.g. scripts/ci/slurm-down.sh ITS_STATE_DIR) and retry"
+
+# Fresh state: old jobs and node registrations must not come back.
+rm -rf "$STATE/state" "$STATE/spool" "$MUNGEDIR"
+rm -f "$STATE"/slurmctld.log "$STATE"/slurmd.log "$STATE"/*.pid
+mkdir -p "$STATE/state" "$STATE/spool" "$MUNGEDIR"
+chmod 0755 "$STATE"
+chown munge:munge "$MUNGEDIR"
+chmod 0755 "$MUNGEDIR"
+
+started=0
+fail() {
+	say "error: $*"
+	for log in "$MUNGEDIR/munged.log" "$STATE/slurmctld.log" "$STATE/slurmd.log"; do
+		if [[ -s $log ]]; then
+			say "--- last lines of $log"
+			tail -n 20 "$log" >&2
+		fi
+	done
+	if ((started)); then
+		"$HERE/slurm-down.sh" "$STATE" || true
+	fi
+	exit 1
+}
+
+# --- configuration ---------------------------------------------------------------
+sed -e "s|@HOST@|$HOST|g" -e "s|@STATE@|$STATE|g" -e "s|@MUNGESOCKET@|$SOCKET|g" \
+	-e "s|@NODELINE@|$NODELINE|g" "$TEMPLATE" >"$CONF.tmp"
+mv "$CONF.tmp" "$CONF"
+export SLURM_CONF=$CONF
+
+# --- munged --------------------------------------------------------------------
+started=1
+runuser -u munge -- munged --socket="$SOCKET" --pid-file="$MUNGEDIR/munged.pid" \
+	--log-file="$MUNGEDIR/munged.log" --seed-file="$MUNGEDIR/munged.seed" ||
+	fail "munged did not start"
+for ((i = 0; i < 100; i++)); do
+	if munge -n -S "$SOCKET" 2>/dev/null | unmunge -S "$SOCKET" >/dev/null 2>&1; then
+		break
+	fi
+	sleep 0.1
+done
+((i < 100)) || fail "munged is not answering on $SOCKET after 10 s"
+
+# --- slurmctld, slurmd ------------------------------------------------------------
+slurmctld -f "$CONF" || fail "slurmctld did not start"
+slurmd -f "$CONF" || fail "slurmd did not start"
+
+state=
+for ((i = 0; i < WAIT * 2; i++)); do
+	state=$(timeout 5 sinfo -h -o %t 2>/dev/null | head -n 1) || true
+	[[ $state == idle ]] && break
+	sleep 0.5
+done
+[[ $state == idle ]] || fail "node not idle after ${WAIT} s (sinfo says '${state:-nothing}')"
+
+say "node $HOST idle after about $((i / 2)) s; state in $STATE"
+printf 'export SLURM_CONF=%s\n' "$CONF"
