@@ -1,0 +1,5 @@
+// Package mpitest holds kbundle's end-to-end tests under real MPI
+// launchers (Open MPI's mpirun and MPICH's mpiexec.hydra): the mpi
+// binding, broadcast.LoadBundle and `kbundle load`, including the
+// failure matrix. It has no code of its own; it must never be imported.
+package mpitest
