@@ -1,0 +1,14 @@
+// Package warmup knows how compiled-kernel (JIT) frameworks find their
+// caches: a table of presets (which environment variables point Triton,
+// Inductor, JAX, Numba, CuPy, pocl, PyOpenCL, CUDA, Julia or a Tack-like
+// application at a directory, with the documentation source of each), the
+// fix-ups a cache needs after it moved (Relocate), and a warm-up run that
+// executes an application once as a plain single process and reports what
+// it added to the cache directory.
+//
+// It must never guess a variable that the framework's own documentation
+// or source does not name, never let a warm-up child believe it is one
+// rank of an MPI job (launcher variables are removed through the launcher
+// package, the one source of truth), and never touch files outside the
+// cache directory it was given.
+package warmup
