@@ -1,0 +1,312 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+// fixedHost keeps test bundles independent of the machine.
+var fixedHost = map[string]string{"host.os": "linux", "host.arch": "amd64"}
+
+// makeTree writes a random tree with the awkward cases: empty files and
+// directories, multi-segment files, duplicates, deep paths, unicode names.
+func makeTree(t testing.TB, seed int64, nfiles int) string {
+	t.Helper()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewSource(seed))
+	exts := []string{".ptx", ".cubin", ".json", ".llir", ".so", ""}
+	mk := func(rel string, data []byte, mode fs.FileMode) {
+		p := filepath.Join(dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, mode); err != nil {
+			t.Fatal(err)
+		}
+		mt := time.Unix(1700000000+rng.Int63n(1e6), rng.Int63n(1e9))
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shared := []byte(strings.Repeat("shared kernel body\n", 100))
+	for i := 0; i < nfiles; i++ {
+		dirp := fmt.Sprintf("%02x/%08x", rng.Intn(8), rng.Uint32())
+		name := fmt.Sprintf("%s/kernel_%d%s", dirp, i, exts[rng.Intn(len(exts))])
+		var data []byte
+		switch rng.Intn(5) {
+		case 0:
+			data = nil
+		case 1:
+			data = shared
+		case 2:
+			data = make([]byte, rng.Intn(300000))
+			rng.Read(data)
+		default:
+			data = []byte(strings.Repeat(fmt.Sprintf(".reg .f32 %%r<%d>;\n", rng.Intn(50)), 1+rng.Intn(2000)))
+		}
+		mk(name, data, 0o644)
+	}
+	big := make([]byte, 3*MinSegmentSize+123)
+	rng.Read(big)
+	mk("big/blob.bin", big, 0o600)
+	mk("big/copy-of-blob.bin", big, 0o644)
+	mk("deep/a/b/c/d/e/f/g/h/ünïcödé κ.json", []byte(`{"k":1}`), 0o444)
+	mk("exec/run.so", []byte("\x7fELF..."), 0o755)
+	if err := os.MkdirAll(filepath.Join(dir, "empty/dir"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func pack(t testing.TB, dir string, opt *PackOptions) (string, *PackResult) {
+	t.Helper()
+	if opt == nil {
+		opt = &PackOptions{}
+	}
+	if opt.Host == nil {
+		opt.Host = fixedHost
+	}
+	if opt.SegmentSize == 0 {
+		opt.SegmentSize = MinSegmentSize
+	}
+	out := filepath.Join(t.TempDir(), "cache.kbundle")
+	res, err := Pack(dir, out, opt)
+	if err != nil {
+		t.Fatalf("Pack: %v", err)
+	}
+	return out, res
+}
+
+// sameTree compares two directory trees: names, kinds, modes, contents and
+// nanosecond mtimes.
+func sameTree(t testing.TB, a, b string) {
+	t.Helper()
+	type info struct {
+		mode  fs.FileMode
+		mtime time.Time
+		data  string
+	}
+	read := func(root string) map[string]info {
+		m := map[string]info{}
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p == root {
+				return nil
+			}
+			rel, _ := filepath.Rel(root, p)
+			fi, _ := d.Info()
+			in := info{mode: fi.Mode(), mtime: fi.ModTime()}
+			if fi.Mode().IsRegular() {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				in.data = string(b)
+			}
+			m[rel] = in
+			return nil
+		})
+		return m
+	}
+	ma, mb := read(a), read(b)
+	if len(ma) != len(mb) {
+		t.Fatalf("trees differ: %d vs %d entries", len(ma), len(mb))
+	}
+	for k, va := range ma {
+		vb, ok := mb[k]
+		if !ok {
+			t.Fatalf("%s missing", k)
+		}
+		if va.mode != vb.mode || !va.mtime.Equal(vb.mtime) || va.data != vb.data {
+			t.Fatalf("%s differs: %v %v vs %v %v (data equal %v)", k, va.mode, va.mtime, vb.mode, vb.mtime, va.data == vb.data)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		seed   int64
+		nfiles int
+	}{
+		{"empty-ish", 1, 0},
+		{"small", 2, 20},
+		{"many", 3, 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := makeTree(t, tc.seed, tc.nfiles)
+			out, res := pack(t, src, nil)
+			if len(res.Skipped) != 0 {
+				t.Fatalf("skipped %v", res.Skipped)
+			}
+			rc, err := Open(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			if err := rc.Verify(context.Background(), 0); err != nil {
+				t.Fatal(err)
+			}
+			if rc.FileDigest() != res.Digest {
+				t.Fatal("digest differs from PackResult")
+			}
+			dest := filepath.Join(t.TempDir(), "dest")
+			if _, err := rc.Extract(dest, nil); err != nil {
+				t.Fatal(err)
+			}
+			sameTree(t, src, dest)
+			fi, _ := os.Stat(dest)
+			if fi.Mode().Perm() != 0o700 {
+				t.Fatalf("dest mode %v, want 0700", fi.Mode())
+			}
+		})
+	}
+}
+
+func TestFSTest(t *testing.T) {
+	src := makeTree(t, 4, 60)
+	out, _ := pack(t, src, nil)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReaderBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range r.Entries() {
+		names = append(names, e.Name)
+	}
+	if err := fstest.TestFS(r, names...); err != nil {
+		t.Fatal(err)
+	}
+	if err := fstest.TestFS(os.DirFS(src), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	src := makeTree(t, 5, 200)
+	var prev []byte
+	for _, jobs := range []int{1, 4, 3} {
+		out, _ := pack(t, src, &PackOptions{Jobs: jobs})
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev != nil && !bytes.Equal(prev, b) {
+			t.Fatalf("jobs=%d gives different bytes", jobs)
+		}
+		prev = b
+	}
+}
+
+func TestDedupStoresOnce(t *testing.T) {
+	src := t.TempDir()
+	data := bytes.Repeat([]byte("x"), 100000)
+	for i := range 10 {
+		os.WriteFile(filepath.Join(src, fmt.Sprint(i)), data, 0o644)
+	}
+	_, res := pack(t, src, nil)
+	if res.Unique != 1 || res.DataBytes != int64(len(data)) || res.RawBytes != 10*int64(len(data)) {
+		t.Fatalf("unique=%d data=%d raw=%d", res.Unique, res.DataBytes, res.RawBytes)
+	}
+}
+
+func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
+	os.Symlink("a.ptx", filepath.Join(src, "link"))
+	os.WriteFile(filepath.Join(src, ".cache.kbundle.tmp-123"), []byte("junk"), 0o600)
+	os.WriteFile(filepath.Join(src, "skip.lock"), []byte("x"), 0o600)
+	out := filepath.Join(src, "cache.kbundle")
+	for range 2 { // the second run must not pack the first run's output
+		res, err := Pack(src, out, &PackOptions{Host: fixedHost, Exclude: []string{"*.lock"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Files != 1 || len(res.Skipped) != 1 || res.Skipped[0] != "symlink link" {
+			t.Fatalf("files=%d skipped=%v", res.Files, res.Skipped)
+		}
+	}
+	if err := os.Remove(filepath.Join(src, ".cache.kbundle.tmp-123")); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(src, ".cache.kbundle.tmp-*"))
+	if len(left) != 0 {
+		t.Fatalf("temp files left: %v", left)
+	}
+}
+
+func TestPackFailureLeavesNothing(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "bad\\name"), []byte("a"), 0o644)
+	outDir := t.TempDir()
+	_, err := Pack(src, filepath.Join(outDir, "x.kbundle"), &PackOptions{Host: fixedHost})
+	if !errors.Is(err, ErrInsecurePath) {
+		t.Fatalf("err = %v, want ErrInsecurePath", err)
+	}
+	if ents, _ := os.ReadDir(outDir); len(ents) != 0 {
+		t.Fatalf("left behind: %v", ents)
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "a"), []byte("a"), 0o644)
+	mt := time.Unix(1234567890, 123456789)
+	os.Chtimes(filepath.Join(src, "a"), mt, mt)
+	out, _ := pack(t, src, &PackOptions{Preset: "numba"})
+	rc, err := Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	m := rc.Meta()
+	if m[MetaOrigin] != src || m[MetaPreset] != "numba" || m[MetaContentTime] != "2009-02-13T23:31:30.123456789Z" || !strings.HasPrefix(m[MetaCreator], "kbundle ") {
+		t.Fatalf("meta = %v", m)
+	}
+	t.Setenv("SOURCE_DATE_EPOCH", "42")
+	out, _ = pack(t, src, nil)
+	rc2, _ := Open(out)
+	defer rc2.Close()
+	if got := rc2.Meta()[MetaContentTime]; got != "1970-01-01T00:00:42Z" {
+		t.Fatalf("content_time = %q", got)
+	}
+}
+
+func TestExtractRefusesNonEmptyDest(t *testing.T) {
+	src := makeTree(t, 6, 10)
+	out, _ := pack(t, src, nil)
+	rc, _ := Open(out)
+	defer rc.Close()
+	dest := filepath.Join(t.TempDir(), "dest")
+	os.Mkdir(dest, 0o755)
+	os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
+	if _, err := rc.Extract(dest, nil); !errors.Is(err, ErrExist) {
+		t.Fatalf("err = %v, want ErrExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
+		t.Fatal("old content touched")
+	}
+	if _, err := rc.Extract(dest, &ExtractOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	sameTree(t, src, dest)
+	if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != 1 {
+		t.Fatalf("leftovers beside dest: %v", ents)
+	}
+}

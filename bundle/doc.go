@@ -1,0 +1,10 @@
+// Package bundle reads and writes kbundle bundles: one file holding a whole
+// compiled-kernel cache directory, compressed with zstd in independent
+// segments and checked with xxh3-128 digests. docs/FORMAT.md is the
+// specification.
+//
+// The package knows bytes and files only. It never talks to MPI, never
+// trusts a length or a name read from a bundle before checking it against a
+// named limit, never follows a symlink while extracting, and never leaves a
+// partial output file or half-extracted directory behind.
+package bundle

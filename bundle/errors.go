@@ -1,0 +1,66 @@
+package bundle
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error returned by this package that is about a
+// bundle's content wraps one of them (test with errors.Is) and names the
+// file and, where useful, the entry.
+var (
+	// ErrFormat: not a bundle, or its structure breaks docs/FORMAT.md.
+	ErrFormat = errors.New("not a valid bundle")
+	// ErrVersion: a bundle of a format version this reader does not know.
+	ErrVersion = errors.New("unsupported bundle version")
+	// ErrChecksum: content does not match its recorded digest.
+	ErrChecksum = errors.New("checksum mismatch")
+	// ErrInsecurePath: an entry name that could escape the destination
+	// (absolute, "..", backslash, empty, duplicate...).
+	ErrInsecurePath = errors.New("insecure path")
+	// ErrTooLarge: a length or count beyond the format's limits.
+	ErrTooLarge = errors.New("too large")
+	// ErrUntrusted: a bundle or directory that someone else could write.
+	ErrUntrusted = errors.New("untrusted")
+	// ErrExist: extraction destination exists and is not empty.
+	ErrExist = errors.New("destination exists and is not empty")
+)
+
+// Error is the error type of this package: what went wrong (Err, one of the
+// sentinels or an I/O error), in which file and, optionally, which entry.
+type Error struct {
+	File  string // bundle or directory path, may be empty for in-memory bundles
+	Entry string // entry name, may be empty
+	Err   error  // the sentinel or underlying error
+	Msg   string // detail
+}
+
+func (e *Error) Error() string {
+	s := ""
+	if e.File != "" {
+		s = e.File + ": "
+	}
+	if e.Entry != "" {
+		s += fmt.Sprintf("entry %q: ", e.Entry)
+	}
+	s += e.Err.Error()
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func errf(sentinel error, format string, args ...any) *Error {
+	return &Error{Err: sentinel, Msg: fmt.Sprintf(format, args...)}
+}
+
+// inFile sets the file name on err when it is one of ours and lacks one.
+func inFile(err error, file string) error {
+	var e *Error
+	if errors.As(err, &e) && e.File == "" {
+		e.File = file
+	}
+	return err
+}

@@ -1,0 +1,266 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExtractOptions tune Extract. The zero value is valid.
+type ExtractOptions struct {
+	// Force replaces a non-empty destination (atomically where the kernel
+	// can exchange two directories, else by two renames).
+	Force bool
+	// Jobs is the number of parallel workers; 0 means all cores.
+	Jobs int
+	// Progress, when set, is called with bytes of content written so far.
+	Progress func(done, total int64)
+	// Context cancels the extraction; nil means context.Background().
+	Context context.Context
+}
+
+// ExtractResult says what Extract did.
+type ExtractResult struct {
+	Dest  string
+	Files int
+	Dirs  int
+	Bytes int64
+}
+
+// Extract writes the bundle's tree to dest. It extracts into a private
+// (0700) temporary sibling of dest through os.Root (no symlink is ever
+// followed out of it), checks every content digest, restores permissions
+// and nanosecond mtimes, and renames the result into place: a reader of
+// dest sees either what was there before or the whole tree, never part of
+// it. dest itself gets mode 0700. A non-empty dest is refused with ErrExist
+// unless opt.Force. On failure nothing is left behind.
+func (r *Reader) Extract(dest string, opt *ExtractOptions) (res *ExtractResult, err error) {
+	if opt == nil {
+		opt = &ExtractOptions{}
+	}
+	ctx := opt.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	dest, err = filepath.Abs(dest)
+	if err != nil {
+		return nil, err
+	}
+	replace, err := checkDest(dest, opt.Force)
+	if err != nil {
+		return nil, err
+	}
+	parent := filepath.Dir(dest)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create %s: %w", parent, err)
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".kbundle-tmp-")
+	if err != nil {
+		return nil, fmt.Errorf("cannot extract into %s: %w", parent, err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	res, err = r.extractInto(ctx, tmp, opt)
+	if err != nil {
+		return nil, err
+	}
+	res.Dest = dest
+	if err := os.Chmod(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	if err := syncDir(tmp); err != nil {
+		return nil, err
+	}
+	if err := install(tmp, dest, replace); err != nil {
+		return nil, err
+	}
+	return res, syncDir(parent)
+}
+
+// checkDest decides whether dest may be written: it may be missing or an
+// empty directory; a non-empty one only with force (then replace is true).
+func checkDest(dest string, force bool) (replace bool, err error) {
+	fi, err := os.Lstat(dest)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !fi.IsDir() {
+		return false, &Error{File: dest, Err: ErrExist, Msg: "it is not a directory; remove it or choose another destination"}
+	}
+	f, err := os.Open(dest)
+	if err != nil {
+		return false, err
+	}
+	names, _ := f.Readdirnames(1)
+	f.Close()
+	if len(names) == 0 {
+		return false, nil
+	}
+	if !force {
+		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it"}
+	}
+	return true, nil
+}
+
+// install moves the finished tree tmp to dest.
+func install(tmp, dest string, replace bool) error {
+	if !replace {
+		if err := os.Rename(tmp, dest); err != nil {
+			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
+		}
+		return nil
+	}
+	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest, unix.RENAME_EXCHANGE)
+	if err == nil {
+		return os.RemoveAll(tmp) // tmp now holds the old tree
+	}
+	old := tmp + ".old"
+	if err := os.Rename(dest, old); err != nil {
+		return fmt.Errorf("cannot replace %s: %w", dest, err)
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		os.Rename(old, dest)
+		return fmt.Errorf("cannot replace %s: %w", dest, err)
+	}
+	return os.RemoveAll(old)
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOptions) (*ExtractResult, error) {
+	root, err := os.OpenRoot(tmp)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	res := &ExtractResult{}
+	wrap := func(e *Entry, err error) error {
+		return r.errorf(&Error{Entry: e.Name, Err: err, Msg: "extracting"})
+	}
+	// Directories first (a parent sorts before its children), then empty files.
+	for i := range r.ix.entries {
+		e := &r.ix.entries[i]
+		switch {
+		case e.Dir:
+			if err := root.Mkdir(e.Name, 0o700); err != nil {
+				return nil, wrap(e, err)
+			}
+			res.Dirs++
+		case e.Size == 0:
+			if err := writeNew(root, e.Name, nil); err != nil {
+				return nil, wrap(e, err)
+			}
+		}
+	}
+	total := r.ix.dataLen
+	var done atomic.Int64
+	var progress func(int64)
+	if opt.Progress != nil {
+		progress = func(n int64) { opt.Progress(done.Add(n), total) }
+	}
+	err = r.forEachBlob(ctx, opt.Jobs,
+		func(b *blob, data []byte) error {
+			if err := r.checkBlob(b, data); err != nil {
+				return err
+			}
+			for _, i := range b.entries {
+				if err := writeNew(root, r.entry(i).Name, data); err != nil {
+					return wrap(r.entry(i), err)
+				}
+			}
+			return nil
+		},
+		func(b *blob, rd io.Reader) error {
+			first := r.entry(b.entries[0])
+			if err := copyNew(root, first.Name, rd); err != nil {
+				return err
+			}
+			for _, i := range b.entries[1:] {
+				src, err := root.Open(first.Name)
+				if err != nil {
+					return wrap(first, err)
+				}
+				err = copyNew(root, r.entry(i).Name, src)
+				src.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}, progress)
+	if err != nil {
+		return nil, err
+	}
+	// Modes and times: files, then directories deepest first.
+	for i := range r.ix.entries {
+		if e := &r.ix.entries[i]; !e.Dir {
+			if err := setAttrs(root, e); err != nil {
+				return nil, wrap(e, err)
+			}
+			res.Files++
+			res.Bytes += e.Size
+		}
+	}
+	for i := len(r.ix.entries) - 1; i >= 0; i-- {
+		if e := &r.ix.entries[i]; e.Dir {
+			if err := setAttrs(root, e); err != nil {
+				return nil, wrap(e, err)
+			}
+		}
+	}
+	return res, nil
+}
+
+func writeNew(root *os.Root, name string, data []byte) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func copyNew(root *os.Root, name string, rd io.Reader) error {
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(f, rd)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func setAttrs(root *os.Root, e *Entry) error {
+	if err := root.Chmod(e.Name, e.Mode.Perm()); err != nil {
+		return err
+	}
+	return root.Chtimes(e.Name, e.ModTime, e.ModTime)
+}

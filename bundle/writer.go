@@ -1,0 +1,356 @@
+package bundle
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/xxh3"
+)
+
+// WriterOptions tune a Writer. The zero value is valid.
+type WriterOptions struct {
+	Level       Level // compression level
+	Jobs        int   // compression workers; 0 means GOMAXPROCS
+	SegmentSize int64 // raw bytes per segment; 0 means DefaultSegmentSize
+}
+
+// DefaultSegmentSize is the segment size used when none is given.
+const DefaultSegmentSize = DefaultSegmentSiz
+
+// ErrClosed is returned by a Writer used after Close.
+var ErrClosed = errors.New("bundle writer closed")
+
+// A Writer streams a bundle to an io.Writer: entries in any order, content
+// compressed in parallel, the index and trailer on Close. Identical
+// contents are stored once. A Writer is unusable after its first error,
+// which every later call returns. It is not safe for concurrent use.
+type Writer struct {
+	out     *bufio.Writer
+	sink    *hashingWriter
+	enc     *zstd.Encoder
+	segSize int64
+	jobs    int
+
+	seg      []byte
+	dataLen  int64
+	packed   []int64
+	inflight []chan []byte
+	sem      chan struct{}
+
+	entries map[string]*Entry
+	blobs   map[Digest]int64 // digest → offset
+	meta    map[string]string
+	err     error
+	closed  bool
+	digest  Digest
+}
+
+type hashingWriter struct {
+	w io.Writer
+	h *xxh3.Hasher
+	n int64
+}
+
+func (h *hashingWriter) Write(p []byte) (int, error) {
+	n, err := h.w.Write(p)
+	h.h.Write(p[:n])
+	h.n += int64(n)
+	return n, err
+}
+
+// NewWriter returns a Writer that writes a bundle to w.
+func NewWriter(w io.Writer, opt *WriterOptions) *Writer {
+	if opt == nil {
+		opt = &WriterOptions{}
+	}
+	bw := &Writer{
+		segSize: opt.SegmentSize,
+		jobs:    opt.Jobs,
+		entries: map[string]*Entry{},
+		blobs:   map[Digest]int64{},
+		meta:    map[string]string{},
+	}
+	if bw.segSize == 0 {
+		bw.segSize = DefaultSegmentSize
+	}
+	if bw.jobs <= 0 {
+		bw.jobs = runtime.GOMAXPROCS(0)
+	}
+	bw.sem = make(chan struct{}, bw.jobs)
+	if bw.segSize < MinSegmentSize || bw.segSize > MaxSegmentSize {
+		bw.err = fmt.Errorf("segment size %d outside %d..%d", bw.segSize, MinSegmentSize, MaxSegmentSize)
+		return bw
+	}
+	bw.enc, bw.err = encoder(opt.Level, bw.segSize)
+	bw.sink = &hashingWriter{w: w, h: xxh3.New()}
+	bw.out = bufio.NewWriterSize(bw.sink, 1<<20)
+	var hdr [headerSize]byte
+	copy(hdr[:], magic[:])
+	binary.LittleEndian.PutUint16(hdr[8:], Version)
+	bw.write(hdr[:])
+	bw.seg = getBuf(bw.segSize)
+	return bw
+}
+
+func (w *Writer) write(p []byte) {
+	if w.err == nil {
+		_, w.err = w.out.Write(p)
+	}
+}
+
+func (w *Writer) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return w.err
+}
+
+// SetMeta records a metadata pair (see docs/FORMAT.md for the keys).
+func (w *Writer) SetMeta(key, value string) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if err := checkMetaKey(key); err != nil {
+		return err
+	}
+	if err := checkMetaValue(key, value); err != nil {
+		return err
+	}
+	if _, ok := w.meta[key]; !ok && len(w.meta) >= MaxMeta {
+		return errf(ErrTooLarge, "more than %d metadata pairs", MaxMeta)
+	}
+	w.meta[key] = value
+	return nil
+}
+
+func (w *Writer) usable() error {
+	if w.closed {
+		return ErrClosed
+	}
+	return w.err
+}
+
+func (w *Writer) addEntry(e Entry) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if err := checkName(e.Name); err != nil {
+		err.(*Error).Entry = e.Name
+		return err
+	}
+	if e.Mode&^fs.ModePerm != 0 {
+		return &Error{Entry: e.Name, Err: ErrFormat, Msg: "mode has bits beyond 0777"}
+	}
+	if _, dup := w.entries[e.Name]; dup {
+		return &Error{Entry: e.Name, Err: ErrInsecurePath, Msg: "duplicate name"}
+	}
+	if len(w.entries) >= MaxEntries {
+		return errf(ErrTooLarge, "more than %d entries", MaxEntries)
+	}
+	w.entries[e.Name] = &e
+	return nil
+}
+
+// Mkdir adds a directory. Parents missing at Close are added with mode 0755
+// and mtime zero (the Unix epoch).
+func (w *Writer) Mkdir(name string, mode fs.FileMode, mtime time.Time) error {
+	return w.addEntry(Entry{Name: name, Dir: true, Mode: mode, ModTime: mtime})
+}
+
+// WriteFile adds a regular file with the given content.
+func (w *Writer) WriteFile(name string, mode fs.FileMode, mtime time.Time, data []byte) error {
+	return w.writeFile(name, mode, mtime, data, sum(data))
+}
+
+func (w *Writer) writeFile(name string, mode fs.FileMode, mtime time.Time, data []byte, d Digest) error {
+	e := Entry{Name: name, Mode: mode, ModTime: mtime, Size: int64(len(data)), Digest: d}
+	return w.addBlob(e, func() error { w.appendData(data); return w.err })
+}
+
+// CopyFile adds a regular file of the given size and digest whose content
+// is read from r only if the bundle does not hold it yet. Exactly size
+// bytes are read; content that does not match digest is an error (the file
+// changed while it was being packed).
+func (w *Writer) CopyFile(name string, mode fs.FileMode, mtime time.Time, size int64, digest Digest, r io.Reader) error {
+	e := Entry{Name: name, Mode: mode, ModTime: mtime, Size: size, Digest: digest}
+	return w.addBlob(e, func() error {
+		h := xxh3.New()
+		lr := io.TeeReader(io.LimitReader(r, size), h)
+		var n int64
+		for n < size && w.err == nil {
+			if int64(len(w.seg)) == w.segSize {
+				w.flushSegment()
+				continue
+			}
+			room := min(w.segSize-int64(len(w.seg)), size-n)
+			m, err := io.ReadFull(lr, w.seg[len(w.seg):int64(len(w.seg))+room])
+			w.seg = w.seg[:len(w.seg)+m]
+			n += int64(m)
+			w.dataLen += int64(m)
+			if err != nil {
+				return w.fail(&Error{Entry: name, Err: io.ErrUnexpectedEOF, Msg: fmt.Sprintf("read %d of %d bytes: the file changed while being packed", n, size)})
+			}
+		}
+		if w.err == nil && hasherDigest(h) != digest {
+			return w.fail(&Error{Entry: name, Err: ErrChecksum, Msg: "content changed while being packed"})
+		}
+		return w.err
+	})
+}
+
+func (w *Writer) addBlob(e Entry, store func() error) error {
+	if e.Size < 0 {
+		return &Error{Entry: e.Name, Err: ErrFormat, Msg: "negative size"}
+	}
+	if err := w.addEntry(e); err != nil {
+		return err
+	}
+	ep := w.entries[e.Name]
+	if e.Size == 0 {
+		if e.Digest != emptyDigest {
+			return w.fail(&Error{Entry: e.Name, Err: ErrChecksum, Msg: "empty content with a non-empty digest"})
+		}
+		return nil
+	}
+	if off, ok := w.blobs[e.Digest]; ok {
+		ep.offset = off
+		return nil
+	}
+	if w.dataLen+e.Size > MaxDataLen {
+		return w.fail(errf(ErrTooLarge, "more than %d bytes of content", uint64(MaxDataLen)))
+	}
+	ep.offset = w.dataLen
+	w.blobs[e.Digest] = ep.offset
+	return store()
+}
+
+func (w *Writer) appendData(p []byte) {
+	for len(p) > 0 && w.err == nil {
+		if int64(len(w.seg)) == w.segSize {
+			w.flushSegment()
+			continue
+		}
+		n := min(int64(len(p)), w.segSize-int64(len(w.seg)))
+		w.seg = append(w.seg, p[:n]...)
+		w.dataLen += n
+		p = p[n:]
+	}
+}
+
+// flushSegment hands the current segment to a compression worker; results
+// are written in order, with a bounded number in flight.
+func (w *Writer) flushSegment() {
+	if len(w.seg) == 0 || w.err != nil {
+		return
+	}
+	raw := w.seg
+	w.seg = getBuf(w.segSize)
+	ch := make(chan []byte, 1)
+	w.sem <- struct{}{}
+	go func() {
+		out := w.enc.EncodeAll(raw, getBuf(maxPacked(w.segSize)))
+		putBuf(raw)
+		<-w.sem
+		ch <- out
+	}()
+	w.inflight = append(w.inflight, ch)
+	for len(w.inflight) > 2*w.jobs {
+		w.drainOne()
+	}
+}
+
+func (w *Writer) drainOne() {
+	out := <-w.inflight[0]
+	w.inflight = w.inflight[1:]
+	if int64(len(out)) > maxPacked(w.segSize) {
+		w.fail(fmt.Errorf("segment %d compressed to %d bytes, beyond the format's limit", len(w.packed), len(out)))
+	}
+	w.write(out)
+	w.packed = append(w.packed, int64(len(out)))
+	putBuf(out)
+}
+
+// Close writes the last segment, the index and the trailer. It does not
+// close the underlying writer.
+func (w *Writer) Close() error {
+	if w.closed {
+		return ErrClosed
+	}
+	if w.err == nil {
+		w.flushSegment()
+	}
+	for len(w.inflight) > 0 {
+		w.drainOne()
+	}
+	w.closed = true
+	if w.err != nil {
+		return w.err
+	}
+	for name := range w.entries {
+		for p := path.Dir(name); p != "."; p = path.Dir(p) {
+			if _, ok := w.entries[p]; !ok {
+				w.entries[p] = &Entry{Name: p, Dir: true, Mode: 0o755, ModTime: time.Unix(0, 0)}
+			}
+		}
+	}
+	ix := &index{segSize: w.segSize, dataLen: w.dataLen, packed: w.packed, meta: w.meta}
+	for k := range w.meta {
+		ix.metaKeys = append(ix.metaKeys, k)
+	}
+	slices.Sort(ix.metaKeys)
+	ix.entries = make([]Entry, 0, len(w.entries))
+	for _, e := range w.entries {
+		if e.Dir {
+			e.Size, e.offset, e.Digest = 0, 0, Digest{}
+		}
+		ix.entries = append(ix.entries, *e)
+	}
+	slices.SortFunc(ix.entries, func(a, b Entry) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	if err := w.out.Flush(); err != nil {
+		return w.fail(err)
+	}
+	indexOff := w.sink.n
+	ib := appendIndex(nil, ix)
+	if len(ib) > MaxIndexLen {
+		return w.fail(errf(ErrTooLarge, "index of %d bytes (limit %d)", len(ib), MaxIndexLen))
+	}
+	w.write(ib)
+	var tr [trailerSize - 16]byte
+	binary.LittleEndian.PutUint64(tr[0:], uint64(indexOff))
+	binary.LittleEndian.PutUint64(tr[8:], uint64(len(ib)))
+	d := sum(ib)
+	copy(tr[16:], d[:])
+	copy(tr[32:], endMagic[:])
+	w.write(tr[:])
+	if w.err == nil {
+		w.err = w.out.Flush()
+	}
+	if w.err != nil {
+		return w.err
+	}
+	fd := hasherDigest(w.sink.h)
+	if _, err := w.sink.w.Write(fd[:]); err != nil {
+		return w.fail(err)
+	}
+	putBuf(w.seg)
+	w.seg = nil
+	w.digest = fd
+	return nil
+}
+
+// Digest returns the whole-file digest; valid after a successful Close.
+func (w *Writer) Digest() Digest { return w.digest }
