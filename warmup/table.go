@@ -24,7 +24,7 @@ var table = []*Preset{
 		Subdir:    "triton",
 		Vars: []Var{
 			{Name: "TRITON_CACHE_DIR", Value: "triton", Dir: true,
-				Source: "triton-lang/triton python/triton/runtime/cache.py (knobs.cache.dir, default ~/.triton/cache)",
+				Source: "triton-lang/triton python/triton/runtime/cache.py, FileCacheManager (default $TRITON_HOME/.triton/cache)",
 				Doc:    "directory of Triton's file cache manager (compiled kernels and __grp__*.json groups)"},
 		},
 		Misses: []string{
@@ -62,10 +62,10 @@ var table = []*Preset{
 				Doc:    "enables the persistent compilation cache in this directory"},
 			{Name: "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", Value: "0",
 				Source: "JAX docs \"Persistent compilation cache\" (jax_persistent_cache_min_compile_time_secs)",
-				Doc:    "cache every compiled program, not only those that took over 1 s"},
-			{Name: "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", Value: "0",
+				Doc:    "cache every compiled program, not only those that took over 1 s (the default)"},
+			{Name: "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", Value: "-1",
 				Source: "JAX docs \"Persistent compilation cache\" (jax_persistent_cache_min_entry_size_bytes)",
-				Doc:    "cache entries of any size"},
+				Doc:    "cache entries of any size (-1 disables the size restriction)"},
 		},
 		Misses: []string{
 			"jax/jaxlib version, XLA flags, backend (CPU/GPU/TPU) and device kind are part of the key",
@@ -111,11 +111,11 @@ var table = []*Preset{
 		Subdir:    "pocl",
 		Vars: []Var{
 			{Name: "POCL_CACHE_DIR", Value: "pocl", Dir: true,
-				Source: "pocl docs \"Using pocl\", environment variables (portablecl.org/docs/html/using.html)",
-				Doc:    "directory of pocl's kernel compiler cache"},
+				Source: "pocl docs \"Tuning pocl behavior with ENV variables\" (portablecl.org/docs/html/env_variables.html)",
+				Doc:    "directory of pocl's kernel compiler cache (must exist: kbundle warm creates it)"},
 			{Name: "POCL_KERNEL_CACHE", Value: "1",
-				Source: "pocl docs \"Using pocl\", environment variables (portablecl.org/docs/html/using.html)",
-				Doc:    "turn the kernel compiler cache on (1 is the default; set explicitly)"},
+				Source: "pocl docs \"Tuning pocl behavior with ENV variables\" (portablecl.org/docs/html/env_variables.html)",
+				Doc:    "turn the kernel compiler cache on (on by default; set explicitly so a site default cannot turn it off)"},
 		},
 		Misses: []string{
 			"program source/binary, build options, device (CPU model and features) and pocl/LLVM version are part of the key",
@@ -152,7 +152,7 @@ var table = []*Preset{
 		Subdir:    "cuda",
 		Vars: []Var{
 			{Name: "CUDA_CACHE_PATH", Value: "cuda", Dir: true,
-				Source: "CUDA C++ Programming Guide, \"CUDA Environment Variables\" (docs.nvidia.com/cuda/cuda-c-programming-guide/#cuda-environment-variables)",
+				Source: "CUDA Programming Guide, \"CUDA Environment Variables\", JIT compilation (docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/environment-variables.html)",
 				Doc:    "directory of the driver's compute cache (default ~/.nv/ComputeCache)"},
 		},
 		Misses: []string{

@@ -1,0 +1,59 @@
+package warmup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kbundle/kbundle/launcher"
+)
+
+// ChildEnv returns the environment of a warm-up child: base (usually
+// os.Environ()) without any launcher variable (launcher.Scrub, the one
+// list of them), with the presets' variables for dir set, replacing any
+// value base had for them. Every other user variable is kept, in order.
+func ChildEnv(base []string, dir string, presets ...*Preset) ([]string, error) {
+	vars, err := EnvFor(dir, presets...)
+	if err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	for _, kv := range vars {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	env := launcher.Scrub(base)
+	out := make([]string, 0, len(env)+len(vars))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !set[name] {
+			out = append(out, kv)
+		}
+	}
+	return append(out, vars...), nil
+}
+
+// Prepare creates dir and every directory the presets point into (pocl,
+// for one, ignores a POCL_CACHE_DIR that does not exist), mode 0700 for
+// new directories: a compiled-kernel cache is code the user will run.
+func Prepare(dir string, presets ...*Preset) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	dirs := []string{abs}
+	for _, p := range presets {
+		for _, v := range p.AllVars() {
+			if v.Dir {
+				dirs = append(dirs, v.value(abs))
+			}
+		}
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("creating cache directory: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,156 @@
+package warmup
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// copyTree copies the fixture so tests can rewrite it.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readGroup(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return doc
+}
+
+func TestRelocateTriton(t *testing.T) {
+	for _, tc := range []struct {
+		name, origin string
+	}{
+		{"recorded origin", "/home/alice/kcache"},
+		{"origin with trailing slash", "/home/alice/kcache/"},
+		{"unknown origin", ""},
+		{"unrelated origin", "/elsewhere"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dest := filepath.Join(t.TempDir(), "loaded")
+			copyTree(t, "testdata/triton-cache", filepath.Join(dest, "triton"))
+			p, _ := Lookup("triton")
+			if err := p.Relocate(dest, tc.origin); err != nil {
+				t.Fatal(err)
+			}
+			for _, grp := range []string{"ABCKEY1/__grp__add_kernel.json", "DEFKEY2/__grp__mul_kernel.json"} {
+				path := filepath.Join(dest, "triton", filepath.FromSlash(grp))
+				doc := readGroup(t, path)
+				children := doc["child_paths"].(map[string]any)
+				if len(children) < 2 {
+					t.Fatalf("%s lost children: %v", grp, children)
+				}
+				for name, v := range children {
+					cp := v.(string)
+					want := filepath.Join(filepath.Dir(path), name)
+					if cp != want {
+						t.Errorf("%s: %s -> %s, want %s", grp, name, cp, want)
+					}
+					if _, err := os.Stat(cp); err != nil {
+						t.Errorf("%s: child %s does not exist after relocation", grp, cp)
+					}
+				}
+			}
+			// Other keys survive.
+			if doc := readGroup(t, filepath.Join(dest, "triton", "DEFKEY2", "__grp__mul_kernel.json")); doc["extra"] != float64(1) {
+				t.Errorf("extra key lost: %v", doc)
+			}
+			// A remote manager's group (names only) is untouched.
+			b, _ := os.ReadFile(filepath.Join(dest, "triton", "REMOTE3", "__grp__r.json"))
+			orig, _ := os.ReadFile("testdata/triton-cache/REMOTE3/__grp__r.json")
+			if string(b) != string(orig) {
+				t.Errorf("remote group rewritten: %s", b)
+			}
+			// No temporary files left behind.
+			filepath.WalkDir(dest, func(p string, d fs.DirEntry, err error) error {
+				if strings.Contains(d.Name(), ".kbundle-relocate-") {
+					t.Errorf("temporary file left: %s", p)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// Relocating twice (or where nothing moved) changes nothing.
+func TestRelocateTritonIdempotent(t *testing.T) {
+	dest := t.TempDir()
+	copyTree(t, "testdata/triton-cache", filepath.Join(dest, "triton"))
+	p, _ := Lookup("inductor") // includes triton
+	if err := p.Relocate(dest, "/home/alice/kcache"); err != nil {
+		t.Fatal(err)
+	}
+	grp := filepath.Join(dest, "triton", "ABCKEY1", "__grp__add_kernel.json")
+	first, _ := os.ReadFile(grp)
+	if err := p.Relocate(dest, dest); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(grp)
+	if string(first) != string(second) {
+		t.Errorf("second relocation changed the file:\n%s\n%s", first, second)
+	}
+	if !strings.Contains(string(first), dest) {
+		t.Errorf("group does not point into %s: %s", dest, first)
+	}
+}
+
+// A child whose file is not in the bundle keeps its old path (Triton then
+// drops it and recompiles that kernel, as it would have anyway).
+func TestRelocateTritonMissingChild(t *testing.T) {
+	dest := t.TempDir()
+	dir := filepath.Join(dest, "triton", "K")
+	os.MkdirAll(dir, 0o700)
+	grp := filepath.Join(dir, "__grp__k.json")
+	os.WriteFile(grp, []byte(`{"child_paths": {"k.cubin": "/gone/triton/K/k.cubin", "n": 3}}`), 0o600)
+	p, _ := Lookup("triton")
+	if err := p.Relocate(dest, "/nowhere"); err != nil {
+		t.Fatal(err)
+	}
+	doc := readGroup(t, grp)
+	if got := doc["child_paths"].(map[string]any)["k.cubin"]; got != "/gone/triton/K/k.cubin" {
+		t.Errorf("missing child rewritten to %v", got)
+	}
+}
+
+func TestRelocateTritonBadGroup(t *testing.T) {
+	dest := t.TempDir()
+	os.WriteFile(filepath.Join(dest, "__grp__bad.json"), []byte(`{"child_paths": `), 0o600)
+	p, _ := Lookup("triton")
+	err := p.Relocate(dest, "/o")
+	if !errors.Is(err, ErrGroupFile) {
+		t.Fatalf("Relocate on a truncated group: %v, want ErrGroupFile", err)
+	}
+	if !strings.Contains(err.Error(), "__grp__bad.json") {
+		t.Errorf("error does not name the file: %v", err)
+	}
+}
+
+func TestRelocateNoopPresets(t *testing.T) {
+	dest := t.TempDir()
+	copyTree(t, "testdata/triton-cache", dest)
+	before, _ := TakeSnapshot(dest)
+	for _, name := range []string{"numba", "pocl", "pyopencl", "jax", "cupy", "cuda", "julia", "tack"} {
+		p, _ := Lookup(name)
+		if err := p.Relocate(dest, "/home/alice/kcache"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	after, _ := TakeSnapshot(dest)
+	if d := Diff(before, after); !d.Empty() {
+		t.Errorf("no-op presets changed files: %+v", d)
+	}
+}
