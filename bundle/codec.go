@@ -56,9 +56,9 @@ func (l Level) zstd() zstd.EncoderLevel {
 // One encoder per (level, segment size) and one decoder per process, reused:
 // EncodeAll and DecodeAll are safe for concurrent use.
 var (
-	encMu    sync.Mutex
-	encoders = map[[2]int64]*zstd.Encoder{}
-	decOnce  sync.Once
+	encMu      sync.Mutex
+	encoders   = map[[2]int64]*zstd.Encoder{}
+	decOnce    sync.Once
 	theDecoder *zstd.Decoder
 )
 

@@ -201,11 +201,11 @@ func (r *Reader) RawSize() int64 {
 }
 
 // Segments is the number of compressed segments; SegmentSize their raw size.
-func (r *Reader) Segments() int       { return len(r.ix.packed) }
-func (r *Reader) SegmentSize() int64  { return r.ix.segSize }
-func (r *Reader) FileDigest() Digest  { return r.fileDig }
-func (r *Reader) entry(i int) *Entry  { return &r.ix.entries[i] }
-func (r *Reader) segRaw(i int) int64  { return min(r.ix.segSize, r.ix.dataLen-int64(i)*r.ix.segSize) }
+func (r *Reader) Segments() int        { return len(r.ix.packed) }
+func (r *Reader) SegmentSize() int64   { return r.ix.segSize }
+func (r *Reader) FileDigest() Digest   { return r.fileDig }
+func (r *Reader) entry(i int) *Entry   { return &r.ix.entries[i] }
+func (r *Reader) segRaw(i int) int64   { return min(r.ix.segSize, r.ix.dataLen-int64(i)*r.ix.segSize) }
 func (r *Reader) errorf(e error) error { return inFile(e, r.name) }
 
 // VerifyFileDigest recomputes the digest of the whole file and compares it
