@@ -1,0 +1,130 @@
+package slurmtest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/internal/testutil"
+)
+
+// pbsEnv is the environment PBS Pro gives a batch job, as far as the
+// scripts use it (PBS Professional Reference Guide, "PBS environment
+// variables"): the job id and name, the submission directory, the node file
+// (one line per MPI process: select=1:mpiprocs=2 gives the host twice), the
+// batch marker, and a per-job TMPDIR. Here every "node" is this machine.
+func pbsEnv(t *testing.T, dir string, nranks int) []string {
+	t.Helper()
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ = strings.Cut(host, ".")
+	nodefile := filepath.Join(dir, "nodefile")
+	if err := os.WriteFile(nodefile, []byte(strings.Repeat(host+"\n", nranks)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "pbs.tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"PBS_JOBID=4242.pbs-test",
+		"PBS_JOBNAME=kbundle-test",
+		"PBS_O_WORKDIR=" + dir,
+		"PBS_O_HOST=" + host,
+		"PBS_ENVIRONMENT=PBS_BATCH",
+		"PBS_QUEUE=workq",
+		"PBS_NODEFILE=" + nodefile,
+		"PBS_NODENUM=0",
+		"PBS_TASKNUM=1",
+		"TMPDIR=" + tmp,
+	}
+}
+
+// TestPBSScripts runs the PBS scripts as PBS would (bash on the first node
+// of the job, in pbsEnv) without a PBS server, which is not installable
+// here:
+//
+//   - kbundle-warm.pbs with no launcher;
+//   - kbundle-run-pals.pbs with an MPICH build of kbundle and
+//     testdata/pals/mpiexec on PATH: a stand-in for Cray PALS mpiexec that
+//     starts ranks through MPICH's real mpiexec.hydra and gives them the
+//     PALS variables (PALS_RANKID, PALS_APID, a per-launch PALS_SPOOL_DIR
+//     removed when it ends, ...; see that file);
+//   - kbundle-run-openmpi.pbs with an Open MPI build and the real
+//     mpirun.openmpi reading the node file.
+//
+// Each production script must load, make every rank hit every kernel, and
+// with a damaged bundle stop with exit 3, or run cold with KBUNDLE_FALLBACK=1.
+func TestPBSScripts(t *testing.T) {
+	testutil.NeedMPI(t, testutil.OpenMPI)
+	testutil.NeedMPI(t, testutil.MPICH)
+	app := repoPath("test/slurm/testdata/tackapp.sh")
+	dir := t.TempDir()
+	cache := filepath.Join(dir, "cache")
+	base := append(pbsEnv(t, dir, 2),
+		"KBUNDLE_PRESET=tack",
+		"KBUNDLE_CACHE_DIR="+cache,
+		"KBUNDLE_APP="+app)
+	base = append(base, testutil.MPIEnv...)
+	bundle := filepath.Join(cache, "cache.kbundle")
+
+	so, se, code := run(t, append(base, "KBUNDLE="+testutil.Kbundle(t, testutil.NoMPI)), dir, "bash", repoPath("scripts/pbs/kbundle-warm.pbs"))
+	if code != 0 {
+		t.Fatalf("kbundle-warm.pbs: exit %d\n%s%s", code, so, se)
+	}
+	if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " hits=0 compiled=5 ") {
+		t.Fatalf("warm-up: want one run compiling 5 kernels, got %q\n%s%s", ls, so, se)
+	}
+	if _, err := os.Stat(bundle); err != nil {
+		t.Fatalf("no bundle after kbundle-warm.pbs: %v\n%s%s", err, so, se)
+	}
+	damaged := filepath.Join(dir, "damaged.kbundle")
+	damage(t, bundle, damaged)
+
+	for _, c := range []struct {
+		name, script string
+		v            testutil.Variant
+		env          []string
+	}{
+		{"pals", "scripts/pbs/kbundle-run-pals.pbs", testutil.MPICH,
+			[]string{"PATH=" + repoPath("test/slurm/testdata/pals") + ":" + os.Getenv("PATH")}},
+		{"openmpi", "scripts/pbs/kbundle-run-openmpi.pbs", testutil.OpenMPI,
+			[]string{"KBUNDLE_MPIRUN=mpirun.openmpi", "KBUNDLE_MPIRUN_ARGS=--oversubscribe --allow-run-as-root"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := append(append(base[:len(base):len(base)], c.env...), "KBUNDLE="+testutil.Kbundle(t, c.v))
+			script := repoPath(c.script)
+			local := localDir(t, "4242.pbs-test")
+
+			so, se, code := run(t, env, dir, "bash", script)
+			if code != 0 {
+				t.Fatalf("exit %d\n%s%s", code, so, se)
+			}
+			for _, d := range checkTack(t, so, 2, 5, 0) {
+				if !strings.HasPrefix(d, local+"/") {
+					t.Errorf("application used %s, want the loaded copy under %s", d, local)
+				}
+			}
+			if !strings.Contains(se, "kbundle-run: cache: warm") {
+				t.Errorf("no 'cache: warm' line\n%s", se)
+			}
+			if _, err := os.Stat(local); err == nil {
+				t.Errorf("%s still exists after the job (KBUNDLE_CLEANUP=1 is the default)", local)
+			}
+
+			envD := append(env[:len(env):len(env)], "KBUNDLE_BUNDLE="+damaged)
+			so, se, code = run(t, envD, dir, "bash", script)
+			if code != 3 || len(tackLines(so)) != 0 {
+				t.Errorf("damaged bundle: want exit 3 and no application run, got exit %d\n%s%s", code, so, se)
+			}
+			so, se, code = run(t, append(envD, "KBUNDLE_FALLBACK=1"), dir, "bash", script)
+			if code != 0 || !strings.Contains(se, "kbundle-run: cache: cold") {
+				t.Errorf("damaged bundle with KBUNDLE_FALLBACK=1: want exit 0 and a cold run, got exit %d\n%s%s", code, so, se)
+			}
+			checkTack(t, so, 2, 0, 5)
+		})
+	}
+}
