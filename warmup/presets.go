@@ -46,8 +46,9 @@ type Preset struct {
 	Misses []string `json:"misses"`
 	// Notes are further facts a user needs.
 	Notes []string `json:"notes,omitempty"`
-	// Writable reports that the framework cannot use a read-only cache:
-	// the loaded copy must be writable by the user.
+	// Writable reports that the framework was measured to fail with a
+	// read-only cache (recompiling, failing or hanging). Every loaded copy
+	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
 
 	relocate func(dest, origin string) error

@@ -32,7 +32,6 @@ var table = []*Preset{
 			"GPU architecture (compute capability), Triton version, backend/driver and ptxas version are part of the key",
 			"kernel source text and constexpr/specialization arguments are part of the key",
 		},
-		Writable: true,
 		relocate: relocateTriton,
 	},
 	{
@@ -49,8 +48,7 @@ var table = []*Preset{
 			"PyTorch version, Python version, GPU model and Triton version are part of the keys",
 			"Triton's group files need relocation (included triton preset)",
 		},
-		Notes:    []string{"includes the triton preset: TRITON_CACHE_DIR points at DIR/triton (Inductor would otherwise put it under its own cache dir)"},
-		Writable: true,
+		Notes: []string{"includes the triton preset: TRITON_CACHE_DIR points at DIR/triton (Inductor would otherwise put it under its own cache dir)"},
 	},
 	{
 		Name:      "jax",

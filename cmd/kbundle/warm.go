@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
+	"github.com/urfave/cli/v2"
+)
+
+// Exit statuses of warm when the command cannot be started, as env(1) and
+// the shells use them.
+const (
+	exitCannotExec = 126
+	exitNotFound   = 127
+)
+
+// presetFlag is shared by the commands that point frameworks at a cache.
+var presetFlag = &cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, EnvVars: []string{"KBUNDLE_PRESET"},
+	Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`)"}
+
+func init() {
+	register(&cli.Command{
+		Name:  "warm",
+		Usage: "run an application once, as one plain process, to fill a cache directory",
+		UsageText: "kbundle warm [--dir DIR] [--preset NAME]... [--pack [-o FILE] [--level NAME]] -- CMD [ARGS...]\n\n" +
+			"Runs CMD with the presets' variables pointing its JIT framework at DIR and every\n" +
+			"MPI/Slurm/Flux launcher variable removed, then reports what it added to DIR.\n" +
+			"CMD's exit status becomes kbundle's (128+N when signal N ended it; 127 not\n" +
+			"found, 126 not executable). With --pack, DIR is packed afterwards if CMD succeeded.",
+		Flags: []cli.Flag{dirFlag, presetFlag,
+			&cli.BoolFlag{Name: "pack", Usage: "pack DIR into a bundle after a successful run"},
+			outputFlag, levelFlag, jobsFlag, excludeFlag,
+			&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` largest new or changed entries"},
+		},
+		Action: warm,
+	})
+}
+
+func warm(c *cli.Context) error {
+	argv := c.Args().Slice()
+	if len(argv) == 0 {
+		return cli.Exit("no command to run: kbundle warm [flags] -- CMD [ARGS...]", exitUsage)
+	}
+	dir := c.String("dir")
+	if dir == "" {
+		return cli.Exit("no cache directory: pass --dir DIR or set KBUNDLE_CACHE_DIR", exitUsage)
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	presets, err := lookupPresets(c.StringSlice("preset"))
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	// Check what packing needs before a long run, not after it.
+	out := ""
+	if c.Bool("pack") {
+		if _, err := bundle.ParseLevel(c.String("level")); err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+		out = c.String("output")
+		if out == "" {
+			out = filepath.Join(dir, "cache.kbundle")
+		}
+		if out, err = filepath.Abs(out); err != nil {
+			return cli.Exit(err.Error(), exitUsage)
+		}
+		if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
+			if filepath.Dir(out) != dir { // DIR itself is created below
+				return cli.Exit(fmt.Sprintf("cannot write bundle %s: its directory does not exist", out), exitUsage)
+			}
+		}
+	} else if c.IsSet("output") {
+		return cli.Exit("-o/--output needs --pack", exitUsage)
+	}
+
+	if err := warmup.Prepare(dir, presets...); err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
+	if fs := warmup.NetworkFS(dir); fs != "" {
+		warmWarn("%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
+	}
+	env, err := warmup.ChildEnv(os.Environ(), dir, presets...)
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	vars, _ := warmup.EnvFor(dir, presets...)
+	for _, kv := range vars {
+		warmInfo("setting %s", kv)
+	}
+
+	var skip []string
+	if out != "" {
+		skip = append(skip, out)
+	}
+	res, err := warmup.Run(context.Background(), &warmup.Options{
+		Argv: argv, Env: env, Dir: dir, Skip: skip,
+		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if err != nil {
+		return startExit(err)
+	}
+	printDelta(os.Stderr, dir, res, argv, c.Int("top"), presets)
+
+	if res.Failed() {
+		return commandExit(res, c.Bool("pack"))
+	}
+	if res.Delta.Empty() {
+		warmWarn("the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
+	}
+	if !c.Bool("pack") {
+		return nil
+	}
+	pres, err := packDir(c, dir, out, presetNames(presets))
+	if err != nil {
+		return err
+	}
+	printPackResult(pres)
+	return nil
+}
+
+// lookupPresets resolves --preset values; each may hold several names
+// separated by spaces or commas (KBUNDLE_PRESET="pocl pyopencl").
+func lookupPresets(values []string) ([]*warmup.Preset, error) {
+	var out []*warmup.Preset
+	seen := map[string]bool{}
+	for _, v := range values {
+		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			p, err := warmup.Lookup(name)
+			if err != nil {
+				return nil, err
+			}
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func presetNames(ps []*warmup.Preset) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func startExit(err error) error {
+	switch {
+	case errors.Is(err, warmup.ErrNoCommand):
+		return cli.Exit(err.Error(), exitUsage)
+	case errors.Is(err, warmup.ErrStart) && (errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist)):
+		return cli.Exit(err.Error(), exitNotFound)
+	case errors.Is(err, warmup.ErrStart):
+		return cli.Exit(err.Error(), exitCannotExec)
+	}
+	return cli.Exit(err.Error(), exitError)
+}
+
+func commandExit(res *warmup.Result, pack bool) error {
+	what := fmt.Sprintf("command exited with status %d", res.ExitCode)
+	if res.Signal != 0 {
+		what = "command killed by signal " + warmup.SignalName(res.Signal)
+	}
+	if pack {
+		what += "; not packing"
+	}
+	return cli.Exit(what, res.ExitCode)
+}
+
+func printDelta(w io.Writer, dir string, res *warmup.Result, argv []string, top int, presets []*warmup.Preset) {
+	d := res.Delta
+	how := fmt.Sprintf("exited with status %d", res.ExitCode)
+	if res.Signal != 0 {
+		how = "was killed by " + warmup.SignalName(res.Signal)
+	}
+	fmt.Fprintf(w, "kbundle: %s %s after %s\n", argv[0], how, res.Duration.Round(1e6))
+	fmt.Fprintf(w, "kbundle: %s: %d added (%s), %d changed (%s), %d removed (%s); now %d files, %s\n",
+		dir, len(d.Added), human(d.AddedBytes), len(d.Changed), human(d.ChangedBytes),
+		len(d.Removed), human(d.RemovedBytes), d.TotalFiles, human(d.TotalBytes))
+	// Per subdirectory, so a preset that stayed empty shows.
+	type sub struct {
+		n     int
+		bytes int64
+	}
+	subs := map[string]*sub{}
+	var order []string
+	for _, p := range presets {
+		for _, v := range p.AllVars() {
+			if v.Dir {
+				name, _, _ := strings.Cut(v.Value, "/")
+				if name != "." && subs[name] == nil {
+					subs[name] = &sub{}
+					order = append(order, name)
+				}
+			}
+		}
+	}
+	for _, ch := range append(append([]warmup.Change{}, d.Added...), d.Changed...) {
+		name := warmup.DirOf(ch.Path)
+		s := subs[name]
+		if s == nil {
+			s = &sub{}
+			subs[name] = s
+			order = append(order, name)
+		}
+		s.n++
+		s.bytes += ch.Size
+	}
+	if len(order) > 1 || (len(order) == 1 && len(presets) > 0) {
+		for _, name := range order {
+			fmt.Fprintf(w, "kbundle:   %s/: %d new or changed (%s)\n", name, subs[name].n, human(subs[name].bytes))
+		}
+	}
+	if l := d.Largest(top); len(l) > 0 {
+		fmt.Fprintf(w, "kbundle: largest new or changed:\n")
+		for _, ch := range l {
+			fmt.Fprintf(w, "kbundle:   %9s  %s\n", human(ch.Size), ch.Path)
+		}
+	}
+}
+
+func warmWarn(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kbundle: warning: "+format+"\n", args...)
+}
+
+func warmInfo(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kbundle: "+format+"\n", args...)
+}
