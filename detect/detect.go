@@ -1,0 +1,435 @@
+// Package detect decides, from the environment alone and before anything
+// collective happens, whether this process is one of several MPI tasks,
+// which launcher started it, its rank, size, local rank, local size and
+// node, and which cache mode to use.
+//
+// Detect is a pure function of an environment lookup: it never reads the
+// process environment itself (FromEnviron does), never initialises MPI,
+// never touches the file system, and never guesses: an unparsable or
+// inconsistent launcher variable is an error naming the variable. Once MPI
+// is initialised the communicator is the truth; CheckComm compares it
+// with the environment's answer.
+package detect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/kbundle/kbundle/launcher"
+)
+
+// Family names the launcher family that started the process.
+type Family = launcher.Family
+
+// Launcher families, as reported in Result.Launcher.
+const (
+	None     = launcher.None
+	OpenMPI  = launcher.OpenMPI
+	MPICH    = launcher.MPICH
+	IntelMPI = launcher.IntelMPI
+	MVAPICH2 = launcher.MVAPICH2
+	PALS     = launcher.PALS
+	ALPS     = launcher.ALPS
+	Slurm    = launcher.Slurm
+	Flux     = launcher.Flux
+)
+
+// Mode is how kbundle uses the compiled-kernel cache.
+type Mode string
+
+// The cache modes.
+const (
+	ModeWrite  Mode = "write"  // look entries up and store new ones
+	ModeRead   Mode = "read"   // look entries up, never store
+	ModeBundle Mode = "bundle" // use only what the bundle holds
+	ModeOff    Mode = "off"    // do not touch the cache
+)
+
+// Modes lists the valid modes, in the order error messages give them.
+var Modes = []Mode{ModeWrite, ModeRead, ModeBundle, ModeOff}
+
+// ModeEnv is the variable that overrides the default mode.
+const ModeEnv = "KBUNDLE_MODE"
+
+// Unknown is the value of a Result field the environment does not give.
+const Unknown = -1
+
+var (
+	// ErrInvalidMode reports a KBUNDLE_MODE value that is not a Mode.
+	ErrInvalidMode = errors.New("invalid cache mode")
+	// ErrInconsistent reports launcher variables that cannot be parsed
+	// or contradict each other (rank >= size, negative, non-numeric…).
+	ErrInconsistent = errors.New("inconsistent launcher variables")
+)
+
+// Result is the decision. Fields the environment does not give are
+// Unknown (-1). When MPI is false, Rank is 0 and Size is 1.
+type Result struct {
+	Launcher  Family `json:"launcher"`
+	MPI       bool   `json:"mpi"` // one of two or more tasks
+	Rank      int    `json:"rank"`
+	Size      int    `json:"size"` // Unknown only under MPI, for launchers that do not export it
+	LocalRank int    `json:"local_rank"`
+	LocalSize int    `json:"local_size"`
+	Node      int    `json:"node"`
+	Mode      Mode   `json:"mode"`
+	Reason    string `json:"reason"` // one line, for humans
+}
+
+// MayStore reports whether this process may store new cache entries: in
+// write mode only, and under MPI only on rank 0.
+func (r Result) MayStore() bool {
+	return r.Mode == ModeWrite && (!r.MPI || r.Rank == 0)
+}
+
+// ParseMode parses a mode name; the error lists the valid ones.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range Modes {
+		if s == string(m) {
+			return m, nil
+		}
+	}
+	names := make([]string, len(Modes))
+	for i, m := range Modes {
+		names[i] = string(m)
+	}
+	return "", fmt.Errorf("%w %q: want one of %s", ErrInvalidMode, s, strings.Join(names, ", "))
+}
+
+// FromEnviron runs Detect on the process environment.
+func FromEnviron() (Result, error) { return Detect(os.LookupEnv) }
+
+// env wraps the lookup; a nil lookup is an empty environment.
+type env func(string) (string, bool)
+
+func (e env) get(name string) (string, bool) {
+	if e == nil {
+		return "", false
+	}
+	return e(name)
+}
+
+func (e env) has(name string) bool { _, ok := e.get(name); return ok }
+
+// first returns the first variable of names that is set.
+func (e env) first(names []string) (name, value string, ok bool) {
+	for _, n := range names {
+		if v, ok := e.get(n); ok {
+			return n, v, true
+		}
+	}
+	return "", "", false
+}
+
+// count parses the first set variable of names as a non-negative
+// integer; Unknown if none is set.
+func (e env) count(names []string) (int, string, error) {
+	name, v, ok := e.first(names)
+	if !ok {
+		return Unknown, "", nil
+	}
+	n, err := launcher.ParseCount(v)
+	if err != nil {
+		return 0, name, inconsistent("%s=%w", name, err)
+	}
+	return n, name, nil
+}
+
+func inconsistent(format string, args ...any) error {
+	return fmt.Errorf("%w: %w", ErrInconsistent, fmt.Errorf(format, args...))
+}
+
+// present reports whether l's markers are in the environment.
+func present(e env, l launcher.Launcher) bool {
+	found := false
+	for _, m := range l.Markers {
+		if e.has(m) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	for _, r := range l.Require {
+		if !e.has(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Detect decides from the environment given by lookup (os.LookupEnv, or a
+// map in tests). The rules, with their reasons, are in docs/launchers.md:
+//   - the first launcher of launcher.Table whose markers are present wins,
+//     so an MPI launcher's own variables beat stale Slurm ones;
+//   - a Slurm batch script (no step, or a negative/reserved step id) and
+//     a bare allocation (SLURM_JOB_ID alone) are not tasks;
+//   - one task is not MPI;
+//   - values are parsed strictly and checked (0 <= rank < size, 0 <=
+//     local rank < local size <= size); a violation is ErrInconsistent;
+//   - the mode is bundle under MPI, write otherwise, unless KBUNDLE_MODE
+//     says otherwise (an invalid value is ErrInvalidMode).
+func Detect(lookup func(string) (string, bool)) (Result, error) {
+	e := env(lookup)
+	var (
+		override Mode
+		err      error
+	)
+	if v, ok := e.get(ModeEnv); ok && v != "" {
+		if override, err = ParseMode(v); err != nil {
+			return Result{}, fmt.Errorf("%s: %w", ModeEnv, err)
+		}
+	}
+	r, err := decide(e)
+	if err != nil {
+		return Result{}, err
+	}
+	r.Mode = ModeWrite
+	if r.MPI {
+		r.Mode = ModeBundle
+	}
+	if override != "" {
+		if override != r.Mode {
+			r.Reason += fmt.Sprintf("; %s=%s overrides the default %s", ModeEnv, override, r.Mode)
+		}
+		r.Mode = override
+	}
+	return r, nil
+}
+
+// decide finds the launcher and fills everything but Mode.
+func decide(e env) (Result, error) {
+	var batchStep string
+	for i, l := range launcher.Table {
+		if !present(e, l) {
+			continue
+		}
+		if l.Family == Slurm {
+			v, _ := e.get("SLURM_STEP_ID")
+			id, err := launcher.ParseInt(v)
+			if err != nil {
+				return Result{}, inconsistent("SLURM_STEP_ID=%w", err)
+			}
+			if !launcher.SlurmStepIsTaskStep(id) {
+				batchStep = v
+				continue
+			}
+		}
+		r, err := fromLauncher(e, l)
+		if err != nil {
+			return Result{}, err
+		}
+		if ignored := outerLaunchers(e, launcher.Table[i+1:], l); len(ignored) > 0 {
+			r.Reason += "; ignoring variables of the enclosing " + strings.Join(ignored, ", ")
+		}
+		return r, nil
+	}
+	r := Result{Launcher: None, Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Node: Unknown}
+	switch {
+	case batchStep != "":
+		r.Reason = fmt.Sprintf("Slurm batch step (SLURM_STEP_ID=%s): the batch script itself, not a task", batchStep)
+	case e.has("SLURM_JOB_ID"):
+		v, _ := e.get("SLURM_JOB_ID")
+		r.Reason = fmt.Sprintf("inside Slurm allocation SLURM_JOB_ID=%s but not in a job step: not a task", quote(v))
+	case e.has("PBS_JOBID"):
+		v, _ := e.get("PBS_JOBID")
+		r.Reason = fmt.Sprintf("inside PBS job PBS_JOBID=%s but not started by a launcher: not a task", quote(v))
+	case e.has("FLUX_URI"):
+		r.Reason = "inside a Flux instance (FLUX_URI) but not a Flux task: not a task"
+	default:
+		r.Reason = "no launcher variables: a plain process"
+	}
+	return r, nil
+}
+
+// quote returns v as is when it is short and printable, else Go-quoted,
+// so that a reason stays on one line.
+func quote(v string) string {
+	if len(v) <= 64 && !strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r > '~' || r == '"' }) {
+		return v
+	}
+	if len(v) > 64 {
+		v = v[:64] + "…"
+	}
+	return strconv.Quote(v)
+}
+
+// outerLaunchers names the launchers after the winner in precedence
+// order whose markers are also present (their variables are stale),
+// except PALS variables that belong to the winning Slurm or Flux task.
+func outerLaunchers(e env, rest []launcher.Launcher, winner launcher.Launcher) []string {
+	var names []string
+	for _, l := range rest {
+		if !present(e, l) {
+			continue
+		}
+		if l.Family == PALS && (winner.Family == Slurm || winner.Family == Flux) {
+			continue // checked by checkPALS: they belong to the task
+		}
+		if explains(winner, e, l) {
+			continue // e.g. Intel MPI's Hydra variables are MPICH's markers
+		}
+		if l.Family == Slurm {
+			v, _ := e.get("SLURM_STEP_ID")
+			if id, err := launcher.ParseInt(v); err != nil || !launcher.SlurmStepIsTaskStep(id) {
+				continue
+			}
+		}
+		names = append(names, l.Name)
+	}
+	return names
+}
+
+// explains reports whether every present marker of l is a variable the
+// winner reads itself.
+func explains(winner launcher.Launcher, e env, l launcher.Launcher) bool {
+	vars := winner.Vars()
+	for _, m := range l.Markers {
+		if e.has(m) && !slices.Contains(vars, m) {
+			return false
+		}
+	}
+	return true
+}
+
+// fromLauncher reads and checks l's variables.
+func fromLauncher(e env, l launcher.Launcher) (Result, error) {
+	r := Result{Launcher: l.Family}
+	var (
+		rankVar, sizeVar, lrVar, lsVar string
+		err                            error
+	)
+	if r.Rank, rankVar, err = e.count(l.Rank); err != nil {
+		return Result{}, err
+	}
+	if r.Rank == Unknown {
+		m, _, _ := e.first(l.Markers)
+		return Result{}, inconsistent("%s: %s is set but none of %s is", l.Name, m, strings.Join(l.Rank, ", "))
+	}
+	if r.Size, sizeVar, err = e.count(l.Size); err != nil {
+		return Result{}, err
+	}
+	if r.LocalRank, lrVar, err = e.count(l.LocalRank); err != nil {
+		return Result{}, err
+	}
+	if r.LocalSize, lsVar, err = e.count(l.LocalSize); err != nil {
+		return Result{}, err
+	}
+	if r.Node, _, err = e.count(l.Node); err != nil {
+		return Result{}, err
+	}
+	if r.Size == 0 {
+		return Result{}, inconsistent("%s=0: a job has at least one task", sizeVar)
+	}
+	if r.Size != Unknown && r.Rank >= r.Size {
+		return Result{}, inconsistent("%s=%d is not below %s=%d", rankVar, r.Rank, sizeVar, r.Size)
+	}
+	if l.TasksPerNode != "" && r.LocalSize == Unknown {
+		if r.LocalSize, lsVar, err = tasksOnNode(e, l.TasksPerNode, r.Node, r.Size, sizeVar); err != nil {
+			return Result{}, err
+		}
+	}
+	if r.LocalSize == 0 {
+		return Result{}, inconsistent("%s=0: this node runs at least this task", lsVar)
+	}
+	if r.LocalSize != Unknown && r.LocalRank != Unknown && r.LocalRank >= r.LocalSize {
+		return Result{}, inconsistent("%s=%d is not below %s=%d", lrVar, r.LocalRank, lsVar, r.LocalSize)
+	}
+	if r.LocalSize != Unknown && r.Size != Unknown && r.LocalSize > r.Size {
+		return Result{}, inconsistent("%s=%d is above %s=%d", lsVar, r.LocalSize, sizeVar, r.Size)
+	}
+	if r.LocalRank != Unknown && r.Size != Unknown && r.LocalRank >= r.Size {
+		return Result{}, inconsistent("%s=%d is not below %s=%d", lrVar, r.LocalRank, sizeVar, r.Size)
+	}
+	if l.Family == Slurm || l.Family == Flux {
+		if err := checkPALS(e, rankVar, r.Rank); err != nil {
+			return Result{}, err
+		}
+	}
+	r.MPI = r.Size == Unknown || r.Size > 1
+	sizeVal, _ := e.get(sizeVar)
+	switch {
+	case r.Size == Unknown:
+		r.Reason = fmt.Sprintf("%s: %s=%d, job size not in the environment (no %s): treated as MPI",
+			l.Name, rankVar, r.Rank, strings.Join(l.Size, ", "))
+	case r.MPI:
+		r.Reason = fmt.Sprintf("%s: %s=%s", l.Name, sizeVar, sizeVal)
+	default:
+		r.Reason = fmt.Sprintf("%s started one task (%s=%s): not MPI", l.Name, sizeVar, sizeVal)
+	}
+	return r, nil
+}
+
+// tasksOnNode derives the local size from a Slurm tasks-per-node list
+// and checks the list against the job size.
+func tasksOnNode(e env, name string, node, size int, sizeVar string) (int, string, error) {
+	v, ok := e.get(name)
+	if !ok {
+		return Unknown, "", nil
+	}
+	tpn, err := launcher.ParseTasksPerNode(v)
+	if err != nil {
+		return 0, name, inconsistent("%s: %w", name, err)
+	}
+	if size != Unknown && tpn.Total() != size {
+		return 0, name, inconsistent("%s=%s adds up to %d tasks, not %s=%d", name, v, tpn.Total(), sizeVar, size)
+	}
+	if node == Unknown {
+		return Unknown, "", nil
+	}
+	n, ok := tpn.OnNode(node)
+	if !ok {
+		return 0, name, inconsistent("node %d is outside %s=%s (%d nodes)", node, name, v, tpn.Nodes())
+	}
+	return n, name, nil
+}
+
+// checkPALS checks PALS variables set alongside a Slurm or Flux task:
+// srun --mpi=cray_shasta and Flux's cray-pals plugin set PALS_RANKID to
+// the task's own global rank.
+func checkPALS(e env, rankVar string, rank int) error {
+	v, ok := e.get("PALS_RANKID")
+	if !ok {
+		return nil
+	}
+	n, err := launcher.ParseCount(v)
+	if err != nil {
+		return inconsistent("PALS_RANKID=%w", err)
+	}
+	if n != rank {
+		return inconsistent("PALS_RANKID=%d differs from %s=%d", n, rankVar, rank)
+	}
+	return nil
+}
+
+// CheckComm compares the environment's answer r with the rank and size
+// of MPI_COMM_WORLD once MPI is initialised. It returns "" when they
+// agree, else a one-line warning; the caller should then trust the
+// communicator. The classic mismatch: an MPICH program under
+// `srun --mpi=pmix` starts as N singletons, so Slurm says N tasks and MPI
+// says 1.
+func CheckComm(r Result, commRank, commSize int) string {
+	if commSize < 1 || commRank < 0 || commRank >= commSize {
+		return fmt.Sprintf("MPI_COMM_WORLD reports rank %d of %d, which is impossible", commRank, commSize)
+	}
+	sizeOK := r.Size == Unknown || r.Size == commSize
+	if sizeOK && r.Rank == commRank {
+		return ""
+	}
+	envSize := "an unknown number"
+	if r.Size != Unknown {
+		envSize = fmt.Sprint(r.Size)
+	}
+	msg := fmt.Sprintf("the environment says rank %d of %s (%s) but MPI_COMM_WORLD says rank %d of %d; using MPI's answer",
+		r.Rank, envSize, r.Launcher, commRank, commSize)
+	if r.MPI && commSize == 1 {
+		msg += " (the MPI library did not connect to the launcher and started as a singleton: " +
+			"e.g. an MPICH program under srun --mpi=pmix; check srun --mpi= or the MPI build)"
+	}
+	return msg
+}

@@ -1,0 +1,345 @@
+package detect
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/launcher"
+)
+
+// readEnv reads a fixture: KEY=VALUE lines; blank lines and lines
+// starting with '#' (our own fixtures' citations) are skipped.
+func readEnv(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimRight(line, "\n")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s: line %q is not KEY=VALUE", path, line)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// readTSV reads an expected.tsv into rows keyed by column name.
+func readTSV(t *testing.T, path string) []map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		header []string
+		rows   []map[string]string
+	)
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		fields := strings.Split(s.Text(), "\t")
+		if header == nil {
+			header = fields
+			continue
+		}
+		if len(fields) != len(header) {
+			t.Fatalf("%s: row %q has %d fields, want %d", path, s.Text(), len(fields), len(header))
+		}
+		row := map[string]string{}
+		for i, h := range header {
+			row[h] = fields[i]
+		}
+		rows = append(rows, row)
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// checkFixtures runs Detect on every .env file under dir and compares it
+// with dir/expected.tsv; every file must have a row and every row a file.
+func checkFixtures(t *testing.T, dir string) {
+	rows := readTSV(t, filepath.Join(dir, "expected.tsv"))
+	files, err := filepath.Glob(filepath.Join(dir, "*", "*.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, row := range rows {
+		name := row["case"] + "/" + row["file"]
+		seen[name] = true
+		t.Run(name, func(t *testing.T) {
+			env := readEnv(t, filepath.Join(dir, row["case"], row["file"]))
+			r, err := Detect(mapLookup(env))
+			if err != nil {
+				t.Fatalf("Detect: %v", err)
+			}
+			got := map[string]string{
+				"launcher":   string(r.Launcher),
+				"mpi":        strconv.FormatBool(r.MPI),
+				"rank":       strconv.Itoa(r.Rank),
+				"size":       strconv.Itoa(r.Size),
+				"local_rank": strconv.Itoa(r.LocalRank),
+				"local_size": strconv.Itoa(r.LocalSize),
+				"node":       strconv.Itoa(r.Node),
+				"mode":       string(r.Mode),
+			}
+			for col, want := range row {
+				if col == "case" || col == "file" {
+					continue
+				}
+				g, ok := got[col]
+				if !ok {
+					t.Fatalf("expected.tsv has unknown column %q", col)
+				}
+				if g != want {
+					t.Errorf("%s = %s, want %s (reason: %s)", col, g, want, r.Reason)
+				}
+			}
+			if r.Reason == "" || strings.Contains(r.Reason, "\n") {
+				t.Errorf("reason %q is not one line", r.Reason)
+			}
+			t.Logf("%s", r.Reason)
+		})
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(dir, f)
+		if !seen[filepath.ToSlash(rel)] {
+			t.Errorf("%s has no row in expected.tsv", rel)
+		}
+	}
+}
+
+// TestDetectCaptured checks the environments captured on real launchers
+// (a copy of shared/fixtures/launchers).
+func TestDetectCaptured(t *testing.T) { checkFixtures(t, filepath.Join("testdata", "launchers")) }
+
+// TestDetectSynthesised checks our own fixtures for launchers and
+// nestings not available here; each file cites its sources.
+func TestDetectSynthesised(t *testing.T) {
+	checkFixtures(t, filepath.Join("testdata", "cases"))
+	files, _ := filepath.Glob(filepath.Join("testdata", "cases", "*", "*.env"))
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if !strings.Contains(string(b), "Source") && !strings.Contains(string(b), "source") {
+			t.Errorf("%s does not cite a source", f)
+		}
+	}
+}
+
+// TestDetectSharedFixtures runs the same check on ../shared when it is
+// present beside the repository, so a fixture added there but not copied
+// into testdata is noticed.
+func TestDetectSharedFixtures(t *testing.T) {
+	dir := filepath.Join("..", "..", "shared", "fixtures", "launchers")
+	if _, err := os.Stat(filepath.Join(dir, "expected.tsv")); err != nil {
+		t.Skipf("no shared fixtures beside the repository: %v", err)
+	}
+	checkFixtures(t, dir)
+}
+
+func TestDetectRules(t *testing.T) {
+	ompi := func(rank, size string, extra ...string) []string {
+		return append([]string{"OMPI_COMM_WORLD_RANK=" + rank, "OMPI_COMM_WORLD_SIZE=" + size}, extra...)
+	}
+	step := []string{"SLURM_JOB_ID=9", "SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=3",
+		"SLURM_LOCALID=1", "SLURM_NODEID=1", "SLURM_STEP_TASKS_PER_NODE=2(x2)"}
+	tests := []struct {
+		name     string
+		env      []string
+		launcher Family
+		mpi      bool
+		rank     int
+		size     int
+		mode     Mode
+		err      error  // wanted sentinel
+		errVar   string // the error must name this variable
+	}{
+		{name: "empty", env: nil, launcher: None, size: 1, mode: ModeWrite},
+		{name: "one task is not MPI", env: ompi("0", "1"), launcher: OpenMPI, size: 1, mode: ModeWrite},
+		{name: "open mpi", env: ompi("2", "4"), launcher: OpenMPI, mpi: true, rank: 2, size: 4, mode: ModeBundle},
+		{name: "slurm step", env: step, launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "job id alone", env: []string{"SLURM_JOB_ID=9", "SLURM_PROCID=0", "SLURM_NTASKS=8"}, launcher: None, size: 1, mode: ModeWrite},
+		{name: "step id -5", env: []string{"SLURM_JOB_ID=9", "SLURM_STEP_ID=-5", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
+		{name: "extern step -4", env: []string{"SLURM_STEP_ID=-4", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
+		{name: "step without num tasks", env: []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
+		{name: "open mpi beats slurm step", env: append(ompi("1", "2"), step...), launcher: OpenMPI, mpi: true, rank: 1, size: 2, mode: ModeBundle},
+		{name: "srun pmix open mpi", env: append([]string{"PMIX_RANK=3", "PMIX_NAMESPACE=slurm.pmix.9.0"}, step...), launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "cray_shasta", env: append([]string{"PALS_RANKID=3", "PALS_APID=9.0", "PALS_NODEID=1"}, step...), launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "mode override read", env: ompi("1", "4", "KBUNDLE_MODE=read"), launcher: OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeRead},
+		{name: "mode override write under MPI", env: ompi("1", "4", "KBUNDLE_MODE=write"), launcher: OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeWrite},
+		{name: "mode override off", env: []string{"KBUNDLE_MODE=off"}, launcher: None, size: 1, mode: ModeOff},
+		{name: "empty mode is unset", env: []string{"KBUNDLE_MODE="}, launcher: None, size: 1, mode: ModeWrite},
+
+		{name: "invalid mode", env: []string{"KBUNDLE_MODE=fast"}, err: ErrInvalidMode, errVar: "KBUNDLE_MODE"},
+		{name: "mode is case sensitive", env: []string{"KBUNDLE_MODE=Write"}, err: ErrInvalidMode, errVar: "KBUNDLE_MODE"},
+		{name: "invalid mode beats inconsistent", env: ompi("4", "4", "KBUNDLE_MODE=x"), err: ErrInvalidMode},
+		{name: "rank equals size", env: ompi("4", "4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
+		{name: "negative rank", env: ompi("-1", "4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
+		{name: "non-numeric size", env: ompi("0", "four"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
+		{name: "size with space", env: ompi("0", " 4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
+		{name: "size plus sign", env: ompi("0", "+4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
+		{name: "empty rank", env: ompi("", "4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
+		{name: "huge size", env: ompi("0", "99999999999"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
+		{name: "size zero", env: ompi("0", "0"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
+		{name: "rank missing", env: []string{"OMPI_COMM_WORLD_SIZE=4"}, err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
+		{name: "local rank not below local size", env: ompi("1", "4", "OMPI_COMM_WORLD_LOCAL_RANK=2", "OMPI_COMM_WORLD_LOCAL_SIZE=2"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_LOCAL_RANK"},
+		{name: "local size above size", env: ompi("1", "4", "OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_LOCAL_SIZE=5"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_LOCAL_SIZE"},
+		{name: "hydra rank not below size", env: []string{"MPI_LOCALRANKID=0", "PMI_RANK=2", "PMI_SIZE=2"}, err: ErrInconsistent, errVar: "PMI_RANK"},
+		{name: "slurm step id garbage", env: []string{"SLURM_STEP_ID=batch", "SLURM_STEP_NUM_TASKS=2", "SLURM_PROCID=0"}, err: ErrInconsistent, errVar: "SLURM_STEP_ID"},
+		{name: "slurm procid missing", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=2"}, err: ErrInconsistent, errVar: "SLURM_PROCID"},
+		{name: "slurm tasks per node total", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0", "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=2(x3)"}, err: ErrInconsistent, errVar: "SLURM_STEP_TASKS_PER_NODE"},
+		{name: "slurm node outside list", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0", "SLURM_NODEID=2", "SLURM_STEP_TASKS_PER_NODE=2(x2)"}, err: ErrInconsistent, errVar: "SLURM_STEP_TASKS_PER_NODE"},
+		{name: "slurm tasks per node garbage", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0", "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=2(3)"}, err: ErrInconsistent, errVar: "SLURM_STEP_TASKS_PER_NODE"},
+		{name: "slurm local id not below tasks on node", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=3", "SLURM_PROCID=2", "SLURM_NODEID=1", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2,1"}, err: ErrInconsistent, errVar: "SLURM_LOCALID"},
+		{name: "cray_shasta rank mismatch", env: append([]string{"PALS_RANKID=0", "PALS_APID=9.0"}, step...), err: ErrInconsistent, errVar: "PALS_RANKID"},
+		{name: "flux size zero", env: []string{"FLUX_TASK_RANK=0", "FLUX_JOB_SIZE=0"}, err: ErrInconsistent, errVar: "FLUX_JOB_SIZE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := map[string]string{}
+			for _, kv := range tt.env {
+				k, v, _ := strings.Cut(kv, "=")
+				m[k] = v
+			}
+			r, err := Detect(mapLookup(m))
+			if tt.err != nil {
+				if !errors.Is(err, tt.err) {
+					t.Fatalf("err = %v, want %v", err, tt.err)
+				}
+				if !strings.Contains(err.Error(), tt.errVar) {
+					t.Errorf("error %q does not name %s", err, tt.errVar)
+				}
+				if tt.err == ErrInvalidMode {
+					for _, m := range Modes {
+						if !strings.Contains(err.Error(), string(m)) {
+							t.Errorf("error %q does not list mode %s", err, m)
+						}
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Detect: %v", err)
+			}
+			if r.Launcher != tt.launcher || r.MPI != tt.mpi || r.Rank != tt.rank || r.Size != tt.size || r.Mode != tt.mode {
+				t.Errorf("got %s mpi=%v rank %d of %d mode %s, want %s mpi=%v rank %d of %d mode %s (reason: %s)",
+					r.Launcher, r.MPI, r.Rank, r.Size, r.Mode, tt.launcher, tt.mpi, tt.rank, tt.size, tt.mode, r.Reason)
+			}
+		})
+	}
+}
+
+func TestDetectNilLookup(t *testing.T) {
+	r, err := Detect(nil)
+	if err != nil || r.Launcher != None || r.MPI || r.Mode != ModeWrite {
+		t.Fatalf("Detect(nil) = %+v, %v", r, err)
+	}
+}
+
+func TestReasonMentionsIgnoredOuterLauncher(t *testing.T) {
+	env := readEnv(t, filepath.Join("testdata", "cases", "nest-mpirun-in-srun-step", "rank5.env"))
+	r, err := Detect(mapLookup(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Reason, "Open MPI") || !strings.Contains(r.Reason, "Slurm") {
+		t.Errorf("reason %q should name Open MPI and the ignored Slurm step", r.Reason)
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, m := range Modes {
+		got, err := ParseMode(string(m))
+		if err != nil || got != m {
+			t.Errorf("ParseMode(%q) = %q, %v", m, got, err)
+		}
+	}
+	for _, bad := range []string{"", "WRITE", "bundle ", "rw"} {
+		if _, err := ParseMode(bad); !errors.Is(err, ErrInvalidMode) {
+			t.Errorf("ParseMode(%q): err = %v, want ErrInvalidMode", bad, err)
+		}
+	}
+}
+
+func TestMayStore(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Result
+		want bool
+	}{
+		{"workstation write", Result{Mode: ModeWrite, Size: 1}, true},
+		{"mpi rank 0 write", Result{Mode: ModeWrite, MPI: true, Rank: 0, Size: 4}, true},
+		{"mpi rank 1 write", Result{Mode: ModeWrite, MPI: true, Rank: 1, Size: 4}, false},
+		{"read", Result{Mode: ModeRead, Size: 1}, false},
+		{"bundle", Result{Mode: ModeBundle, MPI: true, Size: 4}, false},
+		{"off", Result{Mode: ModeOff, Size: 1}, false},
+	}
+	for _, tt := range tests {
+		if got := tt.r.MayStore(); got != tt.want {
+			t.Errorf("%s: MayStore() = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestCheckComm(t *testing.T) {
+	slurm4 := Result{Launcher: Slurm, MPI: true, Rank: 2, Size: 4}
+	tests := []struct {
+		name       string
+		r          Result
+		rank, size int
+		warn       bool
+		mention    string
+	}{
+		{"agree", slurm4, 2, 4, false, ""},
+		{"agree not mpi", Result{Launcher: None, Rank: 0, Size: 1}, 0, 1, false, ""},
+		{"unknown size agrees on rank", Result{Launcher: MPICH, MPI: true, Rank: 1, Size: Unknown}, 1, 2, false, ""},
+		{"srun pmix mpich singleton", slurm4, 0, 1, true, "singleton"},
+		{"env says none but mpi says 4", Result{Launcher: None, Rank: 0, Size: 1}, 0, 4, true, "rank 0 of 4"},
+		{"rank differs", slurm4, 3, 4, true, "rank 3 of 4"},
+		{"impossible comm", slurm4, 4, 4, true, "impossible"},
+		{"zero size comm", slurm4, 0, 0, true, "impossible"},
+	}
+	for _, tt := range tests {
+		w := CheckComm(tt.r, tt.rank, tt.size)
+		if (w != "") != tt.warn {
+			t.Errorf("%s: CheckComm = %q, want warning %v", tt.name, w, tt.warn)
+		}
+		if strings.Contains(w, "\n") {
+			t.Errorf("%s: warning %q is not one line", tt.name, w)
+		}
+		if tt.mention != "" && !strings.Contains(w, tt.mention) {
+			t.Errorf("%s: warning %q does not mention %q", tt.name, w, tt.mention)
+		}
+	}
+}
+
+// TestFamiliesMatchTable keeps the re-exported constants and the table
+// in step: every family but None has exactly one entry.
+func TestFamiliesMatchTable(t *testing.T) {
+	for _, f := range []Family{OpenMPI, MPICH, IntelMPI, MVAPICH2, PALS, ALPS, Slurm, Flux} {
+		if _, ok := launcher.Lookup(f); !ok {
+			t.Errorf("family %s has no launcher.Table entry", f)
+		}
+	}
+	if len(launcher.Table) != 8 {
+		t.Errorf("launcher.Table has %d entries, want 8", len(launcher.Table))
+	}
+}
