@@ -1,0 +1,223 @@
+//go:build mpi
+
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+#include "kbmpi.h"
+
+static MPI_Comm *tab;
+static int ntab;
+
+int kb_success(void) { return MPI_SUCCESS; }
+int kb_undefined(void) { return MPI_UNDEFINED; }
+int kb_error_string_max(void) { return MPI_MAX_ERROR_STRING; }
+int kb_library_version_max(void) { return MPI_MAX_LIBRARY_VERSION_STRING; }
+
+static int get(int h, MPI_Comm *c) {
+	if (h < 0 || h >= ntab || tab[h] == MPI_COMM_NULL) {
+		return KB_ERR_HANDLE;
+	}
+	*c = tab[h];
+	return MPI_SUCCESS;
+}
+
+// put stores c in a free slot of the table (never slot 0).
+static int put(MPI_Comm c, int *h) {
+	for (int i = 1; i < ntab; i++) {
+		if (tab[i] == MPI_COMM_NULL) {
+			tab[i] = c;
+			*h = i;
+			return MPI_SUCCESS;
+		}
+	}
+	int n = ntab * 2;
+	MPI_Comm *t = realloc(tab, (size_t)n * sizeof *t);
+	if (t == NULL) {
+		return KB_ERR_NOMEM;
+	}
+	for (int i = ntab; i < n; i++) {
+		t[i] = MPI_COMM_NULL;
+	}
+	tab = t;
+	*h = ntab;
+	tab[ntab] = c;
+	ntab = n;
+	return MPI_SUCCESS;
+}
+
+int kb_init(int *provided, int *required) {
+	int flag = 0, rc;
+	*required = MPI_THREAD_FUNNELED;
+	if (tab == NULL) {
+		tab = malloc(8 * sizeof *tab);
+		if (tab == NULL) {
+			return KB_ERR_NOMEM;
+		}
+		ntab = 8;
+		for (int i = 0; i < ntab; i++) {
+			tab[i] = MPI_COMM_NULL;
+		}
+	}
+	rc = MPI_Initialized(&flag);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	if (flag) {
+		// Another part of the program initialised MPI: use it as it is.
+		rc = MPI_Query_thread(provided);
+	} else {
+		// Open MPI's own SIGSEGV/SIGBUS handlers would replace the Go
+		// runtime's (and lack SA_ONSTACK); leave signals to Go unless
+		// the user chose otherwise.
+		setenv("OMPI_MCA_opal_signal", "", 0);
+		rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, provided);
+	}
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	tab[0] = MPI_COMM_WORLD;
+	return MPI_SUCCESS;
+}
+
+int kb_finalize(void) {
+	for (int i = 1; i < ntab; i++) {
+		if (tab[i] != MPI_COMM_NULL) {
+			MPI_Comm_free(&tab[i]);
+			tab[i] = MPI_COMM_NULL;
+		}
+	}
+	tab[0] = MPI_COMM_NULL;
+	return MPI_Finalize();
+}
+
+int kb_rank(int h, int *rank) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Comm_rank(c, rank);
+}
+
+int kb_size(int h, int *size) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Comm_size(c, size);
+}
+
+int kb_barrier(int h) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Barrier(c);
+}
+
+int kb_bcast(int h, void *buf, int count, int root) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Bcast(buf, count, MPI_BYTE, root, c);
+}
+
+int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op) {
+	MPI_Comm c;
+	MPI_Op o;
+	int rc = get(h, &c);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	switch (op) {
+	case 0: o = MPI_MIN; break;
+	case 1: o = MPI_MAX; break;
+	case 2: o = MPI_SUM; break;
+	default: return MPI_ERR_OP;
+	}
+	return MPI_Allreduce(&in, out, 1, MPI_INT64_T, o, c);
+}
+
+// adopt sets MPI_ERRORS_RETURN on a new communicator and stores it;
+// MPI_COMM_NULL gives *newh = -1.
+static int adopt(MPI_Comm n, int *newh) {
+	int rc;
+	*newh = -1;
+	if (n == MPI_COMM_NULL) {
+		return MPI_SUCCESS;
+	}
+	rc = MPI_Comm_set_errhandler(n, MPI_ERRORS_RETURN);
+	if (rc == MPI_SUCCESS) {
+		rc = put(n, newh);
+	}
+	if (rc != MPI_SUCCESS) {
+		MPI_Comm_free(&n);
+	}
+	return rc;
+}
+
+int kb_split(int h, int color, int key, int *newh) {
+	MPI_Comm c, n = MPI_COMM_NULL;
+	int rc = get(h, &c);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	rc = MPI_Comm_split(c, color, key, &n);
+	return rc != MPI_SUCCESS ? rc : adopt(n, newh);
+}
+
+int kb_split_shared(int h, int key, int *newh) {
+	MPI_Comm c, n = MPI_COMM_NULL;
+	int rc = get(h, &c);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	rc = MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, &n);
+	return rc != MPI_SUCCESS ? rc : adopt(n, newh);
+}
+
+int kb_free(int h) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	if (h == 0) {
+		return MPI_ERR_COMM; // MPI_COMM_WORLD cannot be freed
+	}
+	rc = MPI_Comm_free(&tab[h]);
+	tab[h] = MPI_COMM_NULL;
+	return rc;
+}
+
+int kb_abort(int h, int code) {
+	MPI_Comm c = MPI_COMM_WORLD;
+	get(h, &c);
+	return MPI_Abort(c, code);
+}
+
+void kb_error_string(int code, char *buf, int buflen, int *klass) {
+	int n = 0;
+	buf[0] = '\0';
+	*klass = -1;
+	if (buflen < MPI_MAX_ERROR_STRING) {
+		return;
+	}
+	if (MPI_Error_string(code, buf, &n) == MPI_SUCCESS && n >= 0 && n < buflen) {
+		buf[n] = '\0';
+	} else {
+		buf[0] = '\0';
+	}
+	if (MPI_Error_class(code, klass) != MPI_SUCCESS) {
+		*klass = -1;
+	}
+}
+
+int kb_library_version(char *buf, int buflen) {
+	int n = 0, rc;
+	buf[0] = '\0';
+	if (buflen < MPI_MAX_LIBRARY_VERSION_STRING) {
+		return MPI_ERR_ARG;
+	}
+	rc = MPI_Get_library_version(buf, &n);
+	if (rc == MPI_SUCCESS && n >= 0 && n < buflen) {
+		buf[n] = '\0';
+	}
+	return rc;
+}

@@ -1,0 +1,32 @@
+// C side of package mpi. MPI handle types differ between MPI libraries
+// (an int in MPICH, a pointer in Open MPI), so communicators stay here in
+// a table and Go refers to them by index. Index 0 is MPI_COMM_WORLD.
+#ifndef KBMPI_H
+#define KBMPI_H
+
+#include <stdint.h>
+
+// KB_ERR_HANDLE is returned for a table index that names no communicator.
+#define KB_ERR_HANDLE (-1)
+// KB_ERR_NOMEM is returned when the communicator table cannot grow.
+#define KB_ERR_NOMEM (-2)
+
+int kb_success(void);
+int kb_init(int *provided, int *required);
+int kb_finalize(void);
+int kb_rank(int h, int *rank);
+int kb_size(int h, int *size);
+int kb_barrier(int h);
+int kb_bcast(int h, void *buf, int count, int root);
+int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op);
+int kb_split(int h, int color, int key, int *newh);
+int kb_split_shared(int h, int key, int *newh);
+int kb_free(int h);
+int kb_abort(int h, int code);
+int kb_undefined(void);
+void kb_error_string(int code, char *buf, int buflen, int *klass);
+int kb_error_string_max(void);
+int kb_library_version(char *buf, int buflen);
+int kb_library_version_max(void);
+
+#endif
