@@ -309,7 +309,6 @@ func (c *Comm) newComm(name string, f func(*C.int) C.int) (*Comm, error) {
 	return n, nil
 }
 
-
 // Free releases a communicator made by Split or SplitShared. The world
 // cannot be freed.
 func (c *Comm) Free() error {
