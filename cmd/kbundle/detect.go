@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/detect"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:  "detect",
+		Usage: "print which launcher started this process, its rank, and the cache mode",
+		Description: "Reads only the environment (before any MPI call) and prints the decision kbundle\n" +
+			"would act on. --json prints one line with the stable fields launcher, mpi, rank,\n" +
+			"size, local_rank, local_size, node (-1 = unknown), mode and reason.\n" +
+			"KBUNDLE_MODE=write|read|bundle|off overrides the mode. See docs/launchers.md.\n\n" +
+			"Exit status: 0 ok, 1 inconsistent launcher variables, 2 invalid KBUNDLE_MODE.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object on one line"},
+		},
+		Action: detectAction,
+	})
+}
+
+func detectAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("detect takes no arguments, got %q", c.Args().Slice()), exitUsage)
+	}
+	r, err := detect.FromEnviron()
+	switch {
+	case errors.Is(err, detect.ErrInvalidMode):
+		return cli.Exit(err.Error(), exitUsage)
+	case err != nil:
+		return cli.Exit(err.Error()+
+			"\nkbundle: hint: a launcher variable is malformed or contradicts another; "+
+			"inspect the environment the launcher gave this process (docs/launchers.md)", exitError)
+	}
+	if c.Bool("json") {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return cli.Exit(err.Error(), exitError)
+		}
+		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+		return err
+	}
+	return printDetection(c.App.Writer, r)
+}
+
+// printDetection writes the short human-readable block.
+func printDetection(w io.Writer, r detect.Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	known := func(n int) string {
+		if n == detect.Unknown {
+			return "unknown"
+		}
+		return fmt.Sprint(n)
+	}
+	mpi := "no (a single process)"
+	if r.MPI {
+		mpi = fmt.Sprintf("yes, rank %d of %s", r.Rank, known(r.Size))
+	}
+	store := "no"
+	if r.MayStore() {
+		store = "yes"
+	}
+	lines := []string{
+		"launcher\t" + string(r.Launcher),
+		"mpi\t" + mpi,
+		fmt.Sprintf("local rank\t%s of %s", known(r.LocalRank), known(r.LocalSize)),
+		"node\t" + known(r.Node),
+		fmt.Sprintf("mode\t%s (stores new entries: %s)", r.Mode, store),
+		"reason\t" + r.Reason,
+	}
+	if _, err := io.WriteString(tw, strings.Join(lines, "\n")+"\n"); err != nil {
+		return err
+	}
+	return tw.Flush()
+}
