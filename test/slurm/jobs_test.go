@@ -35,6 +35,7 @@ func TestSlurmScripts(t *testing.T) {
 				"KBUNDLE_SRUN_MPI=" + srunMPI[v],
 				"KBUNDLE_PRESET=tack",
 				"KBUNDLE_CACHE_DIR=" + cache,
+				"TMPDIR=" + dir, // the application's cold-run caches go here
 			}, testutil.MPIEnv...)
 			bundle := filepath.Join(cache, "cache.kbundle")
 
