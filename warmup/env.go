@@ -57,3 +57,41 @@ func Prepare(dir string, presets ...*Preset) error {
 	}
 	return nil
 }
+
+// Exports turns NAME=VALUE pairs into lines for a POSIX shell's eval:
+// export NAME='VALUE', single quotes escaped.
+func Exports(vars []string) []string {
+	out := make([]string, 0, len(vars))
+	for _, kv := range vars {
+		name, value, _ := strings.Cut(kv, "=")
+		out = append(out, "export "+name+"="+shellQuote(value))
+	}
+	return out
+}
+
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@%=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// Activate prepares a cache that a bundle packed in origin (its recorded
+// metadata "origin") was extracted to at dest: it runs every preset's
+// Relocate, then returns the variables that point the frameworks at dest.
+// Call it once per node, on the process that extracted, before any
+// application process uses dest; it is idempotent.
+func Activate(dest, origin string, presets ...*Preset) ([]string, error) {
+	abs, err := filepath.Abs(dest)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range presets {
+		if err := p.Relocate(abs, origin); err != nil {
+			return nil, err
+		}
+	}
+	return EnvFor(abs, presets...)
+}

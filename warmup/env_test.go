@@ -66,3 +66,28 @@ func TestPrepare(t *testing.T) {
 		}
 	}
 }
+
+func TestExports(t *testing.T) {
+	got := Exports([]string{"A=/plain/path-1.2", "B=has space", "C=it's", "D=", "E=$HOME"})
+	want := []string{"export A=/plain/path-1.2", "export B='has space'", `export C='it'\''s'`, "export D=''", "export E='$HOME'"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Exports = %q, want %q", got, want)
+	}
+}
+
+func TestActivate(t *testing.T) {
+	dest := t.TempDir()
+	copyTree(t, "testdata/triton-cache", filepath.Join(dest, "triton"))
+	ind, _ := Lookup("inductor")
+	vars, err := Activate(dest, "/home/alice/kcache", ind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(vars, "TRITON_CACHE_DIR="+filepath.Join(dest, "triton")) {
+		t.Errorf("vars %q", vars)
+	}
+	b, _ := os.ReadFile(filepath.Join(dest, "triton", "ABCKEY1", "__grp__add_kernel.json"))
+	if strings.Contains(string(b), "/home/alice") {
+		t.Errorf("not relocated: %s", b)
+	}
+}

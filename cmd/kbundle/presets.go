@@ -103,3 +103,47 @@ func writePresets(w io.Writer, verbose bool) error {
 	}
 	return nil
 }
+
+// Helpers for `kbundle load --preset NAME [--print-env]` (load.go): add
+// presetFlag and printEnvFlag to its flags, call parsePresetFlag before
+// loading (a usage error names the known presets), activatePresets on the
+// process that extracted DEST (once per node, before the job's final
+// barrier: it rewrites Triton group paths from the bundle's recorded
+// origin), and printPresetExports on success (rank 0).
+
+var printEnvFlag = &cli.BoolFlag{Name: "print-env",
+	Usage: "print only the export lines of the presets (for eval in job scripts)"}
+
+// parsePresetFlag resolves --preset (repeatable, space or comma separated,
+// also KBUNDLE_PRESET).
+func parsePresetFlag(c *cli.Context) ([]*warmup.Preset, error) {
+	ps, err := lookupPresets(c.StringSlice(presetFlag.Name))
+	if err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
+	return ps, nil
+}
+
+// activatePresets fixes up the cache extracted at dest from a bundle
+// packed in origin (bundle metadata bundle.MetaOrigin; "" if unknown).
+func activatePresets(ps []*warmup.Preset, dest, origin string) error {
+	if _, err := warmup.Activate(dest, origin, ps...); err != nil {
+		return cli.Exit(fmt.Sprintf("cannot prepare %s for the presets: %v", dest, err), exitError)
+	}
+	return nil
+}
+
+// printPresetExports writes "export NAME=VALUE" lines pointing the presets'
+// frameworks at dest to w (stdout: `eval "$(mpirun -np 1 kbundle load …)"`).
+func printPresetExports(w io.Writer, ps []*warmup.Preset, dest string) error {
+	vars, err := warmup.EnvFor(dest, ps...)
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	for _, line := range warmup.Exports(vars) {
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}

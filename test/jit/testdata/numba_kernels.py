@@ -1,0 +1,82 @@
+"""Numba workload for kbundle's JIT tests.
+
+Defines NFUNCS functions with @njit(cache=True), calls each with every
+signature in SIGNATURES, and prints one JSON line with Numba's own
+dispatcher counters (stats.cache_hits / stats.cache_misses, per
+signature): a miss means that overload was compiled in this process.
+The rank comes from the launcher's environment; the script itself does
+not use MPI.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+from numba import njit
+
+NFUNCS = 12
+
+
+def _rank():
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if name in os.environ:
+            return int(os.environ[name])
+    return -1
+
+
+# Twelve distinct bodies, so every function is its own cache entry.
+@njit(cache=True)
+def f00(x): return x + 1
+@njit(cache=True)
+def f01(x): return x * 2
+@njit(cache=True)
+def f02(x): return x - 3
+@njit(cache=True)
+def f03(x): return x * x
+@njit(cache=True)
+def f04(x): return (x + 1) * (x - 1)
+@njit(cache=True)
+def f05(x): return x / 2
+@njit(cache=True)
+def f06(x): return np.abs(x) + 7
+@njit(cache=True)
+def f07(x): return x * 3 + x
+@njit(cache=True)
+def f08(x): return -x
+@njit(cache=True)
+def f09(x): return x * x * x
+@njit(cache=True)
+def f10(x): return x + x + x + x
+@njit(cache=True)
+def f11(x): return (x - 5) * 4
+
+
+FUNCS = [f00, f01, f02, f03, f04, f05, f06, f07, f08, f09, f10, f11]
+# Three signatures each: int64 scalar, float64 scalar, float64 array.
+ARGS = [np.int64(3), np.float64(2.5), np.arange(4, dtype=np.float64)]
+
+
+def main():
+    assert len(FUNCS) == NFUNCS
+    hits = misses = 0
+    missed = []
+    for f in FUNCS:
+        for a in ARGS:
+            f(a)
+        st = f.stats
+        h = sum(st.cache_hits.values())
+        m = sum(st.cache_misses.values())
+        hits += h
+        misses += m
+        if m:
+            missed.append(f.__name__)
+    print(json.dumps({"rank": _rank(), "functions": len(FUNCS),
+                      "overloads": len(FUNCS) * len(ARGS),
+                      "hits": hits, "misses": misses, "missed": missed,
+                      "cache_dir": os.environ.get("NUMBA_CACHE_DIR", "")}),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
