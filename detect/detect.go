@@ -428,8 +428,9 @@ func CheckComm(r Result, commRank, commSize int) string {
 	msg := fmt.Sprintf("the environment says rank %d of %s (%s) but MPI_COMM_WORLD says rank %d of %d; using MPI's answer",
 		r.Rank, envSize, r.Launcher, commRank, commSize)
 	if r.MPI && commSize == 1 {
-		msg += " (the MPI library did not connect to the launcher and started as a singleton: " +
-			"e.g. an MPICH program under srun --mpi=pmix; check srun --mpi= or the MPI build)"
+		msg += " (the MPI library did not connect to the launcher and started as a singleton, " +
+			"e.g. an MPICH program under srun --mpi=pmix or under another MPI's mpirun; " +
+			"use the launcher, or srun --mpi= plugin, that matches the program's MPI)"
 	}
 	return msg
 }
