@@ -3,6 +3,8 @@ package launcher
 import (
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -266,6 +268,25 @@ func TestNamesAndPatterns(t *testing.T) {
 	for _, n := range names {
 		if !slices.Contains(pats, n) {
 			t.Errorf("ScrubPatterns() lacks %s", n)
+		}
+	}
+}
+
+// TestDocsListEveryVariable keeps docs/launchers.md in step with Table.
+func TestDocsListEveryVariable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "launchers.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, n := range Names() {
+		if !strings.Contains(doc, "`"+n+"`") {
+			t.Errorf("docs/launchers.md does not mention `%s`", n)
+		}
+	}
+	for _, l := range Table {
+		if !strings.Contains(doc, "`"+string(l.Family)+"`") {
+			t.Errorf("docs/launchers.md does not mention family `%s`", l.Family)
 		}
 	}
 }
