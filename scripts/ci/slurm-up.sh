@@ -15,10 +15,11 @@
 # munge user with its own socket and pid file inside STATE_DIR, so a system
 # munged (if any) is neither used nor disturbed.
 #
-# Leftovers of an earlier run with the same STATE_DIR (daemons still running,
-# stale pid files, old jobs) are stopped and cleared first. A slurmctld or
-# slurmd from some OTHER configuration would hold the ports: the script then
-# fails and names it. It waits (at most KBUNDLE_SLURM_WAIT seconds, default
+# Leftovers of an earlier run (daemons still running, stale pid files, old
+# jobs) are stopped and cleared first: with the same STATE_DIR, or with
+# another one that an earlier slurm-up.sh made (it holds a marker file). A
+# slurmctld or slurmd from any OTHER configuration would hold the ports: the
+# script then fails and names it. It waits (at most KBUNDLE_SLURM_WAIT seconds, default
 # 60) until the node is idle. On success the only thing on stdout is
 #   export SLURM_CONF=STATE_DIR/slurm.conf
 # and the exit status is 0; on failure it stops what it started, prints the
@@ -37,6 +38,7 @@ TEMPLATE=$HERE/slurm.conf.in
 CONF=$STATE/slurm.conf
 MUNGEDIR=$STATE/munge
 SOCKET=$MUNGEDIR/munge.socket
+MARKER=.kbundle-test-slurm # marks a state folder made by this script
 
 say() { printf 'slurm-up: %s\n' "$*" >&2; }
 die() {
@@ -64,24 +66,40 @@ NODELINE=$(slurmd -C 2>/dev/null | head -n 1)
 mkdir -p "$STATE"
 "$HERE/slurm-down.sh" "$STATE" 2>&1 | sed 's/^/  /' >&2 || true
 
-# A daemon from another configuration holds the ports: name it, do not kill it.
-foreign=()
-for p in /proc/[0-9]*; do
-	comm=$(cat "$p/comm" 2>/dev/null) || continue
-	case $comm in
-	slurmctld | slurmd)
+# slurmd and slurmctld daemons still running (not zombies): "pid conf" lines.
+running_daemons() {
+	local p comm st conf
+	for p in /proc/[0-9]*; do
+		comm=$(cat "$p/comm" 2>/dev/null) || continue
+		[[ $comm == slurmctld || $comm == slurmd ]] || continue
 		st=$(cut -d' ' -f3 "$p/stat" 2>/dev/null) || continue
-		[[ $st == Z ]] && continue
-		foreign+=("${p#/proc/} ($(tr '\0' ' ' <"$p/cmdline" 2>/dev/null))")
-		;;
-	esac
-done
+		[[ $st == Z || $st == X ]] && continue
+		conf=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | sed -n '/^-f$/{n;p;q}')
+		echo "${p#/proc/} ${conf:--}"
+	done
+}
+
+# A daemon left by an earlier slurm-up.sh with ANOTHER state folder (marked
+# by MARKER) is stopped through that folder; any other one holds the ports:
+# name it, do not kill it.
+while read -r pid conf; do
+	old=$(dirname "$conf")
+	if [[ $conf != - && -e $old/$MARKER ]]; then
+		say "stopping an earlier test Slurm (pid $pid, state $old)"
+		"$HERE/slurm-down.sh" "$old" 2>&1 | sed 's/^/  /' >&2 || true
+	fi
+done < <(running_daemons)
+foreign=()
+while read -r pid conf; do
+	foreign+=("pid $pid ($(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null))")
+done < <(running_daemons)
 ((${#foreign[@]} == 0)) || die "another Slurm daemon is running and holds the ports: ${foreign[*]}; stop it (e.g. scripts/ci/slurm-down.sh ITS_STATE_DIR) and retry"
 
 # Fresh state: old jobs and node registrations must not come back.
 rm -rf "$STATE/state" "$STATE/spool" "$MUNGEDIR"
 rm -f "$STATE"/slurmctld.log "$STATE"/slurmd.log "$STATE"/*.pid
 mkdir -p "$STATE/state" "$STATE/spool" "$MUNGEDIR"
+echo "state folder of scripts/ci/slurm-up.sh; stop with scripts/ci/slurm-down.sh $STATE" >"$STATE/$MARKER"
 chmod 0755 "$STATE"
 chown munge:munge "$MUNGEDIR"
 chmod 0755 "$MUNGEDIR"

@@ -106,6 +106,10 @@ func TestLoadUnderSrun(t *testing.T) {
 							t.Errorf("task %d: exit %d, want 3 (bundle unusable) on every task\n%s", r, s, out)
 						}
 					}
+					// Rank 0's reason names the file.
+					if !strings.Contains(out, filepath.Base(c.bundle)) {
+						t.Errorf("no reason naming %s in the output\n%s", filepath.Base(c.bundle), out)
+					}
 					if _, err := os.Stat(dest); err == nil {
 						entries, _ := os.ReadDir(dest)
 						if len(entries) > 0 {
