@@ -216,7 +216,10 @@ func decide(e env) (Result, error) {
 				return Result{}, inconsistent("SLURM_STEP_ID=%w", err)
 			}
 			if !launcher.SlurmStepIsTaskStep(id) {
-				batchStep = v
+				batchStep = fmt.Sprintf("Slurm batch step (SLURM_STEP_ID=%s): the batch script itself, not a task", v)
+				if id != -5 && id != launcher.SlurmBatchScript {
+					batchStep = fmt.Sprintf("Slurm special step (SLURM_STEP_ID=%s), not an srun step: not a task", v)
+				}
 				continue
 			}
 		}
@@ -232,7 +235,7 @@ func decide(e env) (Result, error) {
 	r := Result{Launcher: None, Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Node: Unknown}
 	switch {
 	case batchStep != "":
-		r.Reason = fmt.Sprintf("Slurm batch step (SLURM_STEP_ID=%s): the batch script itself, not a task", batchStep)
+		r.Reason = batchStep
 	case e.has("SLURM_JOB_ID"):
 		v, _ := e.get("SLURM_JOB_ID")
 		r.Reason = fmt.Sprintf("inside Slurm allocation SLURM_JOB_ID=%s but not in a job step: not a task", quote(v))
