@@ -253,8 +253,11 @@ func parseIndex(b []byte) (*index, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if ix.segSize < MinSegmentSize || ix.segSize > MaxSegmentSize {
-		return nil, errf(ErrFormat, "segment size %d outside %d..%d", ix.segSize, MinSegmentSize, MaxSegmentSize)
+	if ix.segSize > MaxSegmentSize {
+		return nil, errf(ErrTooLarge, "segment size %d (limit %d)", ix.segSize, MaxSegmentSize)
+	}
+	if ix.segSize < MinSegmentSize {
+		return nil, errf(ErrFormat, "segment size %d below the minimum %d", ix.segSize, MinSegmentSize)
 	}
 	if uint64(ix.dataLen) > MaxDataLen {
 		return nil, errf(ErrTooLarge, "data length %d (limit %d)", uint64(ix.dataLen), uint64(MaxDataLen))
@@ -266,15 +269,26 @@ func parseIndex(b []byte) (*index, error) {
 	ix.packed = make([]int64, nseg)
 	for i := range ix.packed {
 		p := int64(d.u32())
-		if d.err == nil && (p == 0 || p > maxPacked(ix.segSize)) {
-			return nil, errf(ErrFormat, "segment %d: packed length %d out of range", i, p)
+		if d.err == nil && p > maxPacked(ix.segSize) {
+			return nil, errf(ErrTooLarge, "segment %d: packed length %d (limit %d)", i, p, maxPacked(ix.segSize))
+		}
+		if d.err == nil && p == 0 {
+			return nil, errf(ErrFormat, "segment %d: packed length 0", i)
 		}
 		ix.packed[i] = p
 	}
 	nmeta := d.count("metadata pairs", MaxMeta, minMetaSize)
 	for i := 0; i < nmeta && d.err == nil; i++ {
-		k := string(d.need(int(d.u16())))
-		v := string(d.need(int(d.u32())))
+		kl := int(d.u16())
+		if d.err == nil && kl > MaxMetaKeyLen {
+			return nil, errf(ErrTooLarge, "metadata key of %d bytes (limit %d)", kl, MaxMetaKeyLen)
+		}
+		k := string(d.need(kl))
+		vl := d.u32()
+		if d.err == nil && vl > MaxMetaValueLen {
+			return nil, errf(ErrTooLarge, "metadata %q: value of %d bytes (limit %d)", k, vl, MaxMetaValueLen)
+		}
+		v := string(d.need(int(vl)))
 		if d.err != nil {
 			break
 		}
@@ -297,6 +311,9 @@ func parseIndex(b []byte) (*index, error) {
 	ix.entries = make([]Entry, 0, nent)
 	for i := 0; i < nent; i++ {
 		nl := int(d.u16())
+		if d.err == nil && nl > MaxNameLen {
+			return nil, errf(ErrTooLarge, "entry %d: name of %d bytes (limit %d)", i, nl, MaxNameLen)
+		}
 		name := string(d.need(nl))
 		kind := d.u8()
 		mode := d.u16()
