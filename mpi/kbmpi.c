@@ -112,6 +112,25 @@ int kb_barrier(int h) {
 	return rc != MPI_SUCCESS ? rc : MPI_Barrier(c);
 }
 
+// One outstanding non-blocking barrier at a time (IdleBarrier holds a
+// lock on the Go side).
+static MPI_Request ibarrier = MPI_REQUEST_NULL;
+
+int kb_ibarrier(int h) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Ibarrier(c, &ibarrier);
+}
+
+int kb_test_ibarrier(int *done) {
+	*done = 0;
+	if (ibarrier == MPI_REQUEST_NULL) {
+		*done = 1;
+		return MPI_SUCCESS;
+	}
+	return MPI_Test(&ibarrier, done, MPI_STATUS_IGNORE);
+}
+
 int kb_bcast(int h, void *buf, int count, int root) {
 	MPI_Comm c;
 	int rc = get(h, &c);

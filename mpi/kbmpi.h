@@ -17,6 +17,8 @@ int kb_finalize(void);
 int kb_rank(int h, int *rank);
 int kb_size(int h, int *size);
 int kb_barrier(int h);
+int kb_ibarrier(int h);
+int kb_test_ibarrier(int *done);
 int kb_bcast(int h, void *buf, int count, int root);
 int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op);
 int kb_split(int h, int color, int key, int *newh);

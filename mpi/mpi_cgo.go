@@ -214,6 +214,33 @@ func (c *Comm) Barrier() error {
 	return call("MPI_Barrier", func() C.int { return C.kb_barrier(C.int(c.h)) })
 }
 
+var idleMu sync.Mutex
+
+// IdleBarrier is Barrier for ranks that may wait long while others work:
+// instead of spinning in MPI (as MPI_Barrier does, taking a core from the
+// ranks that work), it starts MPI_Ibarrier and tests it every poll,
+// sleeping in between.
+func (c *Comm) IdleBarrier(poll time.Duration) error {
+	if err := c.check("MPI_Ibarrier"); err != nil {
+		return err
+	}
+	idleMu.Lock()
+	defer idleMu.Unlock()
+	if err := call("MPI_Ibarrier", func() C.int { return C.kb_ibarrier(C.int(c.h)) }); err != nil {
+		return err
+	}
+	for {
+		var done C.int
+		if err := call("MPI_Test", func() C.int { return C.kb_test_ibarrier(&done) }); err != nil {
+			return err
+		}
+		if done != 0 {
+			return nil
+		}
+		time.Sleep(poll)
+	}
+}
+
 // Bcast broadcasts buf from root to every rank of c; every rank must pass
 // a buffer of the same length. Any length works: buffers longer than
 // MaxCount go in several MPI_Bcast calls of MPI_BYTE.

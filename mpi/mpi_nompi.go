@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Enabled reports whether this build is linked against an MPI library.
@@ -86,6 +87,9 @@ func (c *Comm) check(call string) error {
 
 // Barrier returns at once.
 func (c *Comm) Barrier() error { return c.check("MPI_Barrier") }
+
+// IdleBarrier returns at once.
+func (c *Comm) IdleBarrier(poll time.Duration) error { return c.check("MPI_Ibarrier") }
 
 // Bcast leaves buf as it is; root must be 0.
 func (c *Comm) Bcast(buf []byte, root int) error {

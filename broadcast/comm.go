@@ -1,0 +1,59 @@
+package broadcast
+
+import (
+	"time"
+
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// Comm is what LoadBundle needs from a communicator. *mpi.Comm implements
+// it; a program that uses another MPI binding can wrap its communicator.
+// Bcast must accept buffers of any length (up to the chunk size in use,
+// see WithChunkSize), and collectives are called in the same order on
+// every rank.
+type Comm interface {
+	Rank() int
+	Size() int
+	Bcast(buf []byte, root int) error
+	AllreduceInt64(v int64, op mpi.Op) (int64, error)
+}
+
+// NodeComm is what LoadToNodes needs besides Comm: splitting by node and
+// by color, a barrier, and freeing the communicators it made.
+type NodeComm interface {
+	Comm
+	Barrier() error
+	// SplitShared returns the communicator of the ranks on this node.
+	SplitShared() (NodeComm, error)
+	// Split is MPI_Comm_split; every color must be >= 0.
+	Split(color, key int) (NodeComm, error)
+	Free() error
+}
+
+// FromMPI adapts an mpi communicator to NodeComm. Its Barrier sleeps
+// between polls (mpi.Comm.IdleBarrier) so that ranks waiting for their
+// node's leader leave the cores to it.
+func FromMPI(c *mpi.Comm) NodeComm { return mpiComm{c} }
+
+type mpiComm struct{ *mpi.Comm }
+
+// idlePoll is how often a waiting rank checks whether the barrier is done.
+const idlePoll = time.Millisecond
+
+func (c mpiComm) Barrier() error { return c.Comm.IdleBarrier(idlePoll) }
+
+func (c mpiComm) SplitShared() (NodeComm, error) {
+	n, err := c.Comm.SplitShared()
+	if err != nil {
+		return nil, err
+	}
+	return mpiComm{n}, nil
+}
+
+func (c mpiComm) Split(color, key int) (NodeComm, error) {
+	n, err := c.Comm.Split(color, key)
+	if err != nil {
+		return nil, err
+	}
+	return mpiComm{n}, nil
+}

@@ -1,0 +1,193 @@
+package broadcast
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// fakeGroup is an in-process communicator shared by goroutines, one per
+// rank: each collective waits for every member, then the last to arrive
+// computes every member's result.
+type fakeGroup struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	n       int
+	gen     int
+	arrived int
+	in      []any
+	out     []any
+	nodes   []int // node of each member
+}
+
+func newFakeGroup(nodes []int) *fakeGroup {
+	g := &fakeGroup{n: len(nodes), in: make([]any, len(nodes)), nodes: nodes}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// collective contributes v for rank and returns rank's result of f.
+func (g *fakeGroup) collective(rank int, v any, f func(in []any) []any) any {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gen := g.gen
+	g.in[rank] = v
+	g.arrived++
+	if g.arrived == g.n {
+		g.out = f(g.in)
+		g.in = make([]any, g.n)
+		g.arrived = 0
+		g.gen++
+		g.cond.Broadcast()
+	} else {
+		for g.gen == gen {
+			g.cond.Wait()
+		}
+	}
+	return g.out[rank]
+}
+
+// fakeComm is one rank's view of a fakeGroup.
+type fakeComm struct {
+	g    *fakeGroup
+	rank int
+	// corrupt, when set, is applied to every buffer this rank receives
+	// from a broadcast (to simulate a damaged transfer).
+	corrupt func([]byte)
+}
+
+// fakeWorld returns one communicator per rank; nodes[i] is rank i's node.
+func fakeWorld(nodes ...int) []*fakeComm {
+	g := newFakeGroup(nodes)
+	cs := make([]*fakeComm, len(nodes))
+	for i := range cs {
+		cs[i] = &fakeComm{g: g, rank: i}
+	}
+	return cs
+}
+
+func (c *fakeComm) Rank() int { return c.rank }
+func (c *fakeComm) Size() int { return c.g.n }
+
+type bcastIn struct {
+	buf  []byte
+	root int
+}
+
+func (c *fakeComm) Bcast(buf []byte, root int) error {
+	out := c.g.collective(c.rank, bcastIn{buf, root}, func(in []any) []any {
+		res := make([]any, len(in))
+		r := in[0].(bcastIn).root
+		for _, x := range in {
+			b := x.(bcastIn)
+			if b.root != r || r < 0 || r >= len(in) {
+				for i := range res {
+					res[i] = fmt.Errorf("fake bcast: roots disagree or out of range")
+				}
+				return res
+			}
+		}
+		src := in[r].(bcastIn).buf
+		for i, x := range in {
+			b := x.(bcastIn)
+			if len(b.buf) != len(src) {
+				res[i] = fmt.Errorf("fake bcast: rank %d has %d bytes, root %d", i, len(b.buf), len(src))
+				continue
+			}
+			if i != r {
+				copy(b.buf, src)
+			}
+		}
+		return res
+	})
+	if c.corrupt != nil && c.rank != root {
+		c.corrupt(buf)
+	}
+	if out != nil {
+		return out.(error)
+	}
+	return nil
+}
+
+func (c *fakeComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
+	out := c.g.collective(c.rank, v, func(in []any) []any {
+		acc := in[0].(int64)
+		for _, x := range in[1:] {
+			y := x.(int64)
+			switch op {
+			case mpi.Min:
+				acc = min(acc, y)
+			case mpi.Max:
+				acc = max(acc, y)
+			case mpi.Sum:
+				acc += y
+			}
+		}
+		res := make([]any, len(in))
+		for i := range res {
+			res[i] = acc
+		}
+		return res
+	})
+	return out.(int64), nil
+}
+
+func (c *fakeComm) Barrier() error {
+	c.g.collective(c.rank, nil, func(in []any) []any { return make([]any, len(in)) })
+	return nil
+}
+
+type splitIn struct{ color, key int }
+
+func (c *fakeComm) split(color, key int) (NodeComm, error) {
+	out := c.g.collective(c.rank, splitIn{color, key}, func(in []any) []any {
+		res := make([]any, len(in))
+		groups := map[int][]int{} // color -> members in (key, rank) order
+		for i, x := range in {
+			s := x.(splitIn)
+			groups[s.color] = append(groups[s.color], i)
+		}
+		for _, members := range groups {
+			// insertion sort by key, then old rank
+			for a := 1; a < len(members); a++ {
+				for b := a; b > 0 && in[members[b]].(splitIn).key < in[members[b-1]].(splitIn).key; b-- {
+					members[b], members[b-1] = members[b-1], members[b]
+				}
+			}
+			nodes := make([]int, len(members))
+			for i, m := range members {
+				nodes[i] = c.g.nodes[m]
+			}
+			g := newFakeGroup(nodes)
+			for i, m := range members {
+				res[m] = &fakeComm{g: g, rank: i}
+			}
+		}
+		return res
+	})
+	n := out.(*fakeComm)
+	n.corrupt = c.corrupt
+	return n, nil
+}
+
+func (c *fakeComm) Split(color, key int) (NodeComm, error) { return c.split(color, key) }
+
+func (c *fakeComm) SplitShared() (NodeComm, error) { return c.split(c.g.nodes[c.rank], c.rank) }
+
+func (c *fakeComm) Free() error { return nil }
+
+// onEveryRank runs f once per rank, concurrently, and returns results.
+func onEveryRank[T any](cs []*fakeComm, f func(c *fakeComm) T) []T {
+	out := make([]T, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = f(c)
+		}()
+	}
+	wg.Wait()
+	return out
+}
