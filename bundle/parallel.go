@@ -1,10 +1,13 @@
 package bundle
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // blob is one distinct content and the entries that hold it.
@@ -14,16 +17,19 @@ type blob struct {
 	entries   []int
 }
 
-// job is a unit of parallel work: either the blobs lying wholly inside one
-// segment (decoded once), or one blob spanning several segments (streamed).
+// job is a unit of parallel work: the blobs that start in segment seg and
+// end in it or the next one (small), or one blob spanning more than two
+// segments (large, streamed on its own).
 type job struct {
 	seg   int
 	small []*blob
+	spill bool // some blob of small ends in segment seg+1
 	large *blob
 }
 
-// plan groups the bundle's non-empty blobs into jobs, in data order.
-func (r *Reader) plan() []job {
+// plan groups the bundle's non-empty blobs into jobs, in data order, and
+// counts how many jobs need each segment's decoded bytes.
+func (r *Reader) plan() (jobs []job, refs []int32) {
 	byOff := map[int64]*blob{}
 	var order []*blob
 	for i := range r.ix.entries {
@@ -39,12 +45,13 @@ func (r *Reader) plan() []job {
 		}
 		b.entries = append(b.entries, i)
 	}
+	slices.SortFunc(order, func(a, b *blob) int { return cmp.Compare(a.off, b.off) })
+	refs = make([]int32, len(r.ix.packed))
 	segOf := func(o int64) int { return int(o / r.ix.segSize) }
-	jobs := []job{}
 	bySeg := map[int]int{} // segment → index in jobs
 	for _, b := range order {
 		first, last := segOf(b.off), segOf(b.off+b.size-1)
-		if first != last {
+		if last > first+1 {
 			jobs = append(jobs, job{seg: -1, large: b})
 			continue
 		}
@@ -53,16 +60,50 @@ func (r *Reader) plan() []job {
 			k = len(jobs)
 			bySeg[first] = k
 			jobs = append(jobs, job{seg: first})
+			refs[first]++
 		}
 		jobs[k].small = append(jobs[k].small, b)
+		if last > first && !jobs[k].spill {
+			jobs[k].spill = true
+			refs[last]++
+		}
 	}
-	return jobs
+	return jobs, refs
 }
 
-// forEachBlob runs small on every blob that lies in one segment (with its
-// bytes, digest not yet checked) and large on every other blob (with a
-// reader that checks the digest at EOF), on up to workers goroutines. The
-// first error stops the rest and is returned.
+// segFutures decode each segment once, on first demand, and free it when
+// the last job that needs it is done.
+type segFutures struct {
+	r    *Reader
+	segs []segFuture
+}
+
+type segFuture struct {
+	once sync.Once
+	data []byte
+	err  error
+	refs atomic.Int32
+}
+
+func (f *segFutures) get(i int) ([]byte, error) {
+	s := &f.segs[i]
+	s.once.Do(func() { s.data, s.err = f.r.segment(i, getBuf(f.r.segRaw(i))) })
+	return s.data, s.err
+}
+
+func (f *segFutures) release(i int) {
+	s := &f.segs[i]
+	if s.refs.Add(-1) == 0 {
+		putBuf(s.data)
+		s.data = nil
+	}
+}
+
+// forEachBlob runs small on every blob that lies in one or two segments
+// (with its bytes, digest not yet checked) and large on every other blob
+// (with a reader that checks the digest at EOF), on up to workers
+// goroutines. Each segment is decoded once. The first error stops the rest
+// and is returned.
 func (r *Reader) forEachBlob(ctx context.Context, workers int,
 	small func(b *blob, data []byte) error,
 	large func(b *blob, rd io.Reader) error,
@@ -72,20 +113,26 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jobs := r.plan()
+	jobs, refs := r.plan()
+	fut := &segFutures{r: r, segs: make([]segFuture, len(refs))}
+	for i, n := range refs {
+		fut.segs[i].refs.Store(n)
+	}
 	next := make(chan job)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var buf []byte
+			var spill []byte
 			for j := range next {
-				if err := r.doJob(j, &buf, small, large, progress); err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				if err := r.doJob(j, fut, &spill, small, large, progress); err != nil {
 					cancel(err)
 				}
 			}
-			putBuf(buf)
 		}()
 	}
 feed:
@@ -104,17 +151,18 @@ feed:
 	return ctx.Err()
 }
 
-func (r *Reader) doJob(j job, buf *[]byte,
+func (r *Reader) doJob(j job, fut *segFutures, spill *[]byte,
 	small func(b *blob, data []byte) error,
 	large func(b *blob, rd io.Reader) error,
 	progress func(n int64)) error {
 	if j.large != nil {
 		b := j.large
-		e := r.entry(b.entries[0])
-		br := r.openBlob(e)
+		br := r.openBlob(r.entry(b.entries[0]))
 		br.private = true
 		br.ownIdx = -1
-		if err := large(b, br); err != nil {
+		err := large(b, br)
+		putBuf(br.own)
+		if err != nil {
 			return err
 		}
 		if progress != nil {
@@ -122,18 +170,30 @@ func (r *Reader) doJob(j job, buf *[]byte,
 		}
 		return nil
 	}
-	if *buf == nil {
-		*buf = getBuf(r.ix.segSize)
-	}
-	data, err := r.segment(j.seg, *buf)
+	defer fut.release(j.seg)
+	data, err := fut.get(j.seg)
 	if err != nil {
 		return err
 	}
-	*buf = data
+	var nextData []byte
+	if j.spill {
+		defer fut.release(j.seg + 1)
+		if nextData, err = fut.get(j.seg + 1); err != nil {
+			return err
+		}
+	}
 	base := int64(j.seg) * r.ix.segSize
 	var done int64
 	for _, b := range j.small {
-		if err := small(b, data[b.off-base:b.off-base+b.size]); err != nil {
+		start, end := b.off-base, b.off-base+b.size
+		var bytes []byte
+		if end <= int64(len(data)) {
+			bytes = data[start:end]
+		} else {
+			*spill = append(append((*spill)[:0], data[start:]...), nextData[:end-int64(len(data))]...)
+			bytes = *spill
+		}
+		if err := small(b, bytes); err != nil {
 			return err
 		}
 		done += b.size

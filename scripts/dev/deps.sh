@@ -25,6 +25,7 @@ test | bench)
 	pkg_for munged munge
 	pkg_for shellcheck shellcheck
 	pkg_for strace strace
+	pkg_for bc bc
 	pkg_for useradd passwd
 	[ -x /usr/bin/python3 ] || need+=(python3)
 	/usr/bin/python3 -c 'import numba' 2>/dev/null || need+=(python3-numba)
