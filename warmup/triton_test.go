@@ -154,3 +154,33 @@ func TestRelocateNoopPresets(t *testing.T) {
 		t.Errorf("no-op presets changed files: %+v", d)
 	}
 }
+
+// FuzzRelocateTritonGroup feeds arbitrary group files to the rewriter: it
+// must not panic, must fail only with ErrGroupFile, and must leave valid
+// JSON whenever it rewrote a file.
+func FuzzRelocateTritonGroup(f *testing.F) {
+	for _, s := range []string{
+		`{"child_paths": {"a.cubin": "/old/triton/K/a.cubin"}}`,
+		`{"child_paths": ["a", "b"]}`,
+		`{"child_paths": {"a": 1, "b": null, "c": "/old/x"}}`,
+		`{}`, `[]`, `null`, `{"child_paths": `,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dest := t.TempDir()
+		dir := filepath.Join(dest, "triton", "K")
+		os.MkdirAll(dir, 0o700)
+		os.WriteFile(filepath.Join(dir, "a.cubin"), []byte("x"), 0o600)
+		grp := filepath.Join(dir, "__grp__a.json")
+		os.WriteFile(grp, data, 0o600)
+		err := relocateTriton(dest, "/old")
+		if err != nil && !errors.Is(err, ErrGroupFile) {
+			t.Fatalf("unexpected error kind: %v", err)
+		}
+		after, _ := os.ReadFile(grp)
+		if string(after) != string(data) && !json.Valid(after) {
+			t.Fatalf("rewrote to invalid JSON: %q", after)
+		}
+	})
+}
