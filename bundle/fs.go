@@ -138,3 +138,18 @@ func (d *openDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	d.read += len(rest)
 	return out, nil
 }
+
+var _ fs.ReadFileFS = (*Reader)(nil)
+
+// ReadFile implements fs.ReadFileFS (so that fs.ReadFile does not
+// preallocate an entry's declared size before any content is checked).
+func (r *Reader) ReadFile(name string) ([]byte, error) {
+	e, err := r.lookup("readfile", name)
+	if err != nil {
+		return nil, err
+	}
+	if e.Dir {
+		return nil, &fs.PathError{Op: "readfile", Path: name, Err: fs.ErrInvalid}
+	}
+	return r.ReadEntry(name)
+}

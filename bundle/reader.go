@@ -331,8 +331,9 @@ func (r *Reader) ReadEntry(name string) ([]byte, error) {
 		return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrNotExist}
 	}
 	e := r.entry(i)
-	out := make([]byte, 0, e.Size)
-	buf := bytes.NewBuffer(out)
+	// Preallocate at most a few MiB: e.Size is only a claim until the
+	// content has decompressed (a tiny bundle can declare 2^44 bytes).
+	buf := bytes.NewBuffer(make([]byte, 0, min(e.Size, 4<<20)))
 	if _, err := io.Copy(buf, r.openBlob(e)); err != nil {
 		return nil, err
 	}
