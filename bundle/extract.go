@@ -118,7 +118,10 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 // install moves the finished tree tmp to dest.
 func install(tmp, dest string, replace bool) error {
 	if !replace {
-		if err := os.Rename(tmp, dest); err != nil {
+		// rename(2), not os.Rename: it atomically replaces an empty
+		// directory (os.Rename refuses any existing directory), and fails
+		// if someone filled dest meanwhile.
+		if err := unix.Renameat(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest); err != nil {
 			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
 		}
 		return nil
