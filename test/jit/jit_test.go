@@ -280,7 +280,7 @@ func checkNoRebuild(t *testing.T, before, after warmup.Snapshot) {
 func TestPyOpenCL(t *testing.T) {
 	needPython(t, "python3-pyopencl pocl-opencl-icd", "pyopencl", "numpy")
 	script := workload(t, "opencl_kernels.py")
-	bundlePath, _, out := warm(t, "pyopencl", script)
+	bundlePath, cacheDir, out := warm(t, "pyopencl", script)
 	cold := jsonLines[openclResult](t, out)
 	if len(cold) != 1 || cold[0].BuiltFromSource != cold[0].Programs || cold[0].Programs == 0 {
 		t.Fatalf("warm-up did not build every program from source: %+v", cold)
@@ -311,15 +311,13 @@ func TestPyOpenCL(t *testing.T) {
 			checkNoRebuild(t, before, snapshot(t, dest))
 		})
 	}
+	t.Run("pyopencl cache alone", func(t *testing.T) { pyopenclCacheAlone(t, script, cacheDir) })
 }
 
-// TestPyOpenCLNeedsPoclCache measures why the pyopencl preset includes
-// pocl: with PyOpenCL's cache alone, PyOpenCL reports hits but pocl
-// rebuilds every kernel into its own cache. (One process, no MPI.)
-func TestPyOpenCLNeedsPoclCache(t *testing.T) {
-	needPython(t, "python3-pyopencl pocl-opencl-icd", "pyopencl", "numpy")
-	script := workload(t, "opencl_kernels.py")
-	_, cacheDir, _ := warm(t, "pyopencl", script)
+// pyopenclCacheAlone measures why the pyopencl preset includes pocl: with
+// PyOpenCL's cache alone, PyOpenCL reports hits but pocl rebuilds every
+// kernel into its own cache. (One process, no MPI.)
+func pyopenclCacheAlone(t *testing.T, script, cacheDir string) {
 	// A copy with PyOpenCL's cache only, pocl's left empty.
 	dest := filepath.Join(t.TempDir(), "xdg-only")
 	if err := os.CopyFS(filepath.Join(dest, "xdg"), os.DirFS(filepath.Join(cacheDir, "xdg"))); err != nil {
@@ -348,4 +346,53 @@ func TestPyOpenCLNeedsPoclCache(t *testing.T) {
 		t.Errorf("pocl wrote no compiled kernels with an empty pocl cache: the claim that both caches must ship together no longer holds here")
 	}
 	t.Logf("with PyOpenCL's cache alone, pocl wrote %d compiled files", content)
+}
+
+// TestTritonRelocatedByLoad: a Triton-style cache (group files with
+// absolute paths under the warm-up directory) packed and loaded under MPI
+// with --preset triton comes out with every group path under DEST.
+func TestTritonRelocatedByLoad(t *testing.T) {
+	warmDir := filepath.Join(t.TempDir(), "warm")
+	key := filepath.Join(warmDir, "triton", "KEY0")
+	if err := os.MkdirAll(key, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	children := map[string]string{}
+	for _, f := range []string{"k.cubin", "k.json", "k.ttir"} {
+		os.WriteFile(filepath.Join(key, f), []byte("content of "+f), 0o600)
+		children[f] = filepath.Join(key, f)
+	}
+	grp, _ := json.Marshal(map[string]any{"child_paths": children})
+	os.WriteFile(filepath.Join(key, "__grp__k.json"), grp, 0o600)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	bundlePath := filepath.Join(t.TempDir(), "triton.kbundle")
+	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--dir", warmDir, "-o", bundlePath); code != 0 {
+		t.Fatalf("pack: %s", stderr)
+	}
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			dest, env := load(t, v, bundlePath, "triton")
+			if !slices.Contains(env, "TRITON_CACHE_DIR="+filepath.Join(dest, "triton")) {
+				t.Errorf("env %q", env)
+			}
+			b, err := os.ReadFile(filepath.Join(dest, "triton", "KEY0", "__grp__k.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				ChildPaths map[string]string `json:"child_paths"`
+			}
+			if err := json.Unmarshal(b, &doc); err != nil {
+				t.Fatal(err)
+			}
+			if len(doc.ChildPaths) != 3 {
+				t.Fatalf("group %s", b)
+			}
+			for name, p := range doc.ChildPaths {
+				if want := filepath.Join(dest, "triton", "KEY0", name); p != want {
+					t.Errorf("%s -> %s, want %s", name, p, want)
+				}
+			}
+		})
+	}
 }
