@@ -1,0 +1,379 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/detect"
+	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "load",
+		Usage:     "load a bundle into node-local storage on every node of an MPI job",
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env]",
+		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, DIR defaulting to\n" +
+			"$KBUNDLE_CACHE_DIR), checks it and broadcasts it; one rank per node extracts it\n" +
+			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else a node-local per-job\n" +
+			"directory ($FLUX_JOB_TMPDIR/kbundle, $PALS_SPOOL_DIR/kbundle,\n" +
+			"$TMPDIR/kbundle-USER-JOB), else /tmp/kbundle-USER-JOB. DEST is printed on stdout\n" +
+			"by rank 0, a summary on stderr. Without a launcher, or with one task, it loads\n" +
+			"locally. With --preset, each node's copy is relocated for the framework and\n" +
+			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n\n" +
+			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
+			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "bundle `FILE` to load"},
+			dirFlag,
+			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST`ination directory"},
+			&cli.BoolFlag{Name: "force", Usage: "replace DEST if it exists and is not empty"},
+			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
+			&cli.StringSliceFlag{Name: "preset", Usage: "relocate for and print the environment of framework `NAME` (repeatable)"},
+			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
+			jobsFlag,
+		},
+		Action: loadAction,
+	})
+}
+
+// loadSummary is `kbundle load --json`; fields are only ever added.
+type loadSummary struct {
+	Dest          string   `json:"dest"`
+	Bundle        string   `json:"bundle"`
+	Entries       int      `json:"entries"`
+	Bytes         int64    `json:"bytes"`
+	RawBytes      int64    `json:"raw_bytes"`
+	Nodes         int      `json:"nodes"`
+	Ranks         int      `json:"ranks"`
+	MPI           bool     `json:"mpi"`
+	ReadSeconds   float64  `json:"read_seconds"`
+	BcastSeconds  float64  `json:"bcast_seconds"`
+	ExtractSecs   float64  `json:"extract_seconds"`
+	TotalSeconds  float64  `json:"total_seconds"`
+	MismatchNodes int      `json:"mismatch_nodes"`
+	MismatchKeys  []string `json:"mismatch_keys,omitempty"`
+	Env           []string `json:"env,omitempty"`
+}
+
+// selfComm is a communicator of one rank, for loading without MPI.
+type selfComm struct{}
+
+func (selfComm) Rank() int                                       { return 0 }
+func (selfComm) Size() int                                       { return 1 }
+func (selfComm) Bcast([]byte, int) error                         { return nil }
+func (selfComm) AllreduceInt64(v int64, _ mpi.Op) (int64, error) { return v, nil }
+func (selfComm) Barrier() error                                  { return nil }
+func (selfComm) SplitShared() (broadcast.NodeComm, error)        { return selfComm{}, nil }
+func (selfComm) Split(int, int) (broadcast.NodeComm, error)      { return selfComm{}, nil }
+func (selfComm) Free() error                                     { return nil }
+
+// loader carries one `kbundle load` run.
+type loader struct {
+	c       *cli.Context
+	rank    int  // this process's rank: MPI's, else the launcher's
+	speaker bool // prints messages (rank 0)
+	presets []*warmup.Preset
+}
+
+func (l *loader) warnf(format string, args ...any) {
+	if l.speaker {
+		fmt.Fprintf(os.Stderr, "kbundle: warning: "+format+"\n", args...)
+	}
+}
+
+// fail returns the exit error: printed by the speaker only, same code
+// everywhere.
+func (l *loader) fail(msg string, code int) error {
+	if !l.speaker {
+		return cli.Exit("", code)
+	}
+	return cli.Exit(msg, code)
+}
+
+func loadAction(c *cli.Context) error {
+	det, derr := detect.FromEnviron()
+	if derr != nil {
+		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
+	}
+	l := &loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}
+
+	// Usage errors: the same on every rank, printed by rank 0.
+	if c.NArg() > 0 {
+		return l.fail(fmt.Sprintf("load takes no arguments (got %q)", c.Args().First()), exitUsage)
+	}
+	var opts []broadcast.Option
+	switch file, dir := c.String("bundle"), c.String("dir"); {
+	case file != "" && c.IsSet("dir") && !envSet(c, "dir"):
+		return l.fail("pass --bundle FILE or --dir DIR, not both", exitUsage)
+	case file != "":
+		opts = append(opts, broadcast.WithPath(file))
+	case dir != "":
+		opts = append(opts, broadcast.WithDir(dir))
+	default:
+		return l.fail("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_CACHE_DIR", exitUsage)
+	}
+	for _, name := range c.StringSlice("preset") {
+		p, err := warmup.Lookup(name)
+		if err != nil {
+			return l.fail(err.Error(), exitUsage)
+		}
+		l.presets = append(l.presets, p)
+	}
+	if c.Bool("print-env") && len(l.presets) == 0 {
+		return l.fail("--print-env needs --preset NAME", exitUsage)
+	}
+	if derr != nil && !errors.Is(derr, detect.ErrInvalidMode) {
+		l.warnf("%v", derr)
+	}
+
+	if mpi.Enabled && (det.MPI || derr != nil) {
+		return l.withMPI(det, opts)
+	}
+	var world broadcast.NodeComm = selfComm{}
+	if det.MPI {
+		l.warnf("this kbundle was built without MPI: each of the %d tasks reads the bundle itself "+
+			"(build with `CC=mpicc go build -tags mpi ./cmd/kbundle` to read it once per job)", det.Size)
+		if det.LocalRank > 0 {
+			// Only the node's first task extracts; the others check the
+			// bundle and exit with the same status as far as they can tell.
+			_, err := broadcast.LoadBundle(world, opts...)
+			if err != nil {
+				return l.fail(err.Error(), loadExitCode(err))
+			}
+			return nil
+		}
+	}
+	return l.run(world, false, jobID(), opts)
+}
+
+// withMPI initialises MPI, loads over the world, and finalises.
+func (l *loader) withMPI(det detect.Result, opts []broadcast.Option) (err error) {
+	if err := mpi.Init(); err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
+	defer func() {
+		if ferr := mpi.Finalize(); ferr != nil && err == nil {
+			err = l.fail(ferr.Error(), exitError)
+		}
+	}()
+	w := mpi.World()
+	l.rank, l.speaker = w.Rank(), w.Rank() == 0
+	if det.Size != detect.Unknown || det.MPI {
+		if msg := detect.CheckComm(det, w.Rank(), w.Size()); msg != "" {
+			l.warnf("%s", msg)
+		}
+	}
+	// A job id the same on every rank, for the default DEST.
+	id := jobID()
+	pid := int64(0)
+	if w.Rank() == 0 {
+		pid = int64(os.Getpid())
+	}
+	p, perr := w.AllreduceInt64(pid, mpi.Max)
+	if perr != nil {
+		return cli.Exit(perr.Error(), exitError)
+	}
+	if id == "" {
+		id = "pid" + strconv.FormatInt(p, 10)
+	}
+	return l.run(broadcast.FromMPI(w), true, id, opts)
+}
+
+func loadExitCode(err error) int {
+	if errors.Is(err, broadcast.ErrNoBundle) {
+		return exitUnusable
+	}
+	return exitError
+}
+
+// run loads over world and reports.
+func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, opts []broadcast.Option) error {
+	c := l.c
+	dest, err := defaultDest(c.String("to"), job)
+	if err != nil {
+		return l.fail(err.Error(), exitError)
+	}
+	nopt := broadcast.NodeOptions{Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs")}
+	if len(l.presets) > 0 {
+		nopt.After = func(dest string, r *bundle.Reader) error {
+			origin := r.Meta()[bundle.MetaOrigin]
+			for _, p := range l.presets {
+				if err := p.Relocate(dest, origin); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	res, err := broadcast.LoadToNodes(world, nopt, opts...)
+	if err != nil {
+		msg := err.Error()
+		if h := hint(err); h != "" {
+			msg += "\nkbundle: " + h
+		}
+		if errors.Is(err, broadcast.ErrComm) {
+			return cli.Exit(msg, exitError) // local: every rank says it
+		}
+		return l.fail(msg, loadExitCode(err))
+	}
+
+	// Hardware check: how many nodes differ from the warm-up machine.
+	var keys []string
+	if res.Leader {
+		keys = hostinfo.Diff(res.Reader.Meta(), hostinfo.Collect())
+	}
+	differ := int64(0)
+	if len(keys) > 0 {
+		differ = 1
+	}
+	nd, err := world.AllreduceInt64(differ, mpi.Sum)
+	if err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
+	if !l.speaker {
+		return nil
+	}
+
+	env, err := warmup.EnvFor(res.Extract.Dest, l.presets...)
+	if err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
+	r := res.Reader
+	s := loadSummary{
+		Dest: res.Extract.Dest, Bundle: res.Stats.Path, Entries: len(r.Entries()), Bytes: r.Size(),
+		RawBytes: r.RawSize(), Nodes: res.Nodes, Ranks: world.Size(), MPI: usingMPI,
+		ReadSeconds: res.Stats.Read.Seconds(), BcastSeconds: res.Stats.Bcast.Seconds(),
+		ExtractSecs: res.ExtractTime.Seconds(), TotalSeconds: res.Total.Seconds(),
+		MismatchNodes: int(nd), MismatchKeys: keys, Env: env,
+	}
+	if nd > 0 {
+		what := "a node differs"
+		if nd > 1 {
+			what = fmt.Sprintf("%d nodes differ", nd)
+		}
+		detail := ""
+		if len(keys) > 0 {
+			detail = " (here: " + strings.Join(keys, ", ") + ")"
+		}
+		l.warnf("%s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail)
+	}
+	out := c.App.Writer
+	switch {
+	case c.Bool("json"):
+		b, err := json.MarshalIndent(s, "", "  ")
+		if err != nil {
+			return cli.Exit(err.Error(), exitError)
+		}
+		fmt.Fprintf(out, "%s\n", b)
+		return nil
+	case c.Bool("print-env"):
+		printExports(out, env)
+		return nil
+	}
+	fmt.Fprintln(out, s.Dest)
+	printExports(out, env)
+	nodes := "1 node"
+	if s.Nodes != 1 {
+		nodes = fmt.Sprintf("%d nodes", s.Nodes)
+	}
+	fmt.Fprintf(os.Stderr, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s: read %s, broadcast %s, extract %s\n",
+		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes,
+		round(res.Stats.Read), round(res.Stats.Bcast), round(res.ExtractTime))
+	return nil
+}
+
+func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+func printExports(w io.Writer, env []string) {
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		fmt.Fprintf(w, "export %s=%s\n", k, shellQuote(v))
+	}
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:,=@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func envSet(c *cli.Context, name string) bool {
+	for _, f := range c.Command.Flags {
+		if sf, ok := f.(*cli.StringFlag); ok && sf.Name == name {
+			for _, e := range sf.EnvVars {
+				if v, ok := os.LookupEnv(e); ok && v == c.String(name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// jobID returns the scheduler's or launcher's job id, or "".
+func jobID() string {
+	for _, k := range []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"} {
+		if v := os.Getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// defaultDest returns to, or the default node-local per-job directory.
+func defaultDest(to, job string) (string, error) {
+	if to != "" {
+		return filepath.Abs(to)
+	}
+	if job == "" {
+		job = "pid" + strconv.Itoa(os.Getpid())
+	}
+	name := "kbundle-" + safeName(userName()) + "-" + safeName(job)
+	for _, k := range []string{"FLUX_JOB_TMPDIR", "PALS_SPOOL_DIR"} {
+		if d := os.Getenv(k); d != "" {
+			return filepath.Join(d, "kbundle"), nil
+		}
+	}
+	if d := os.Getenv("TMPDIR"); d != "" {
+		return filepath.Join(d, name), nil
+	}
+	return filepath.Join("/tmp", name), nil
+}
+
+func userName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
+}
+
+// safeName keeps a path component to letters, digits and ._-.
+func safeName(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || b[0] == '.' {
+		return "_" + string(b)
+	}
+	return string(b)
+}

@@ -1,0 +1,197 @@
+package mpitest
+
+import (
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/testutil"
+)
+
+// makeTree writes a small cache tree with varied modes, nested and empty
+// directories and nanosecond mtimes, and returns its path.
+func makeTree(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "cache")
+	rng := rand.New(rand.NewPCG(1, 2))
+	files := []struct {
+		name string
+		size int
+		mode fs.FileMode
+	}{
+		{"triton/abc123/kernel.cubin", 70000, 0o644},
+		{"triton/abc123/kernel.json", 300, 0o644},
+		{"triton/abc123/__grp__kernel.json", 200, 0o600},
+		{"triton/def456/kernel.so", 150000, 0o755},
+		{"numba/mod.nbi", 5000, 0o640},
+		{"numba/mod.1.nbc", 0, 0o644},
+		{"top.txt", 12, 0o444},
+	}
+	for i, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, f.size)
+		for j := range b {
+			b[j] = byte(rng.IntN(16)) // compressible but not trivial
+		}
+		if strings.HasPrefix(filepath.Base(f.name), "__grp__") {
+			// A Triton group file names its children by absolute path.
+			b = []byte(`{"child_paths": {"kernel.cubin": "` + filepath.Join(filepath.Dir(p), "kernel.cubin") + `"}}`)
+		}
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		mt := time.Unix(1700000000+int64(i), int64(123456789+i))
+		if err := os.Chtimes(p, mt, mt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "empty", "dir"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	// Directory mtimes last, deepest first.
+	var dirs []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != dir {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		mt := time.Unix(1600000000+int64(i), 987654321)
+		os.Chtimes(dirs[i], mt, mt)
+	}
+	return dir
+}
+
+// packTree packs tree into a fresh private directory and returns the
+// bundle's path.
+func packTree(t *testing.T, tree string) string {
+	t.Helper()
+	store := filepath.Join(t.TempDir(), "store")
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(store, "cache.kbundle")
+	if _, err := bundle.Pack(tree, out, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sameTrees compares two trees: kinds, permissions, nanosecond mtimes
+// (files and directories) and content; skip names only mode and kind.
+func sameTrees(t *testing.T, want, got string, skipContent ...string) {
+	t.Helper()
+	seen := map[string]bool{}
+	err := filepath.WalkDir(want, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == want {
+			return err
+		}
+		rel, _ := filepath.Rel(want, p)
+		seen[rel] = true
+		wi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		gi, err := os.Lstat(filepath.Join(got, rel))
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			return nil
+		}
+		if wi.Mode() != gi.Mode() {
+			t.Errorf("%s: mode %v, want %v", rel, gi.Mode(), wi.Mode())
+		}
+		if !wi.ModTime().Equal(gi.ModTime()) && !slices.Contains(skipContent, filepath.ToSlash(rel)) {
+			t.Errorf("%s: mtime %v, want %v", rel, gi.ModTime(), wi.ModTime())
+		}
+		if !d.IsDir() && !slices.Contains(skipContent, filepath.ToSlash(rel)) {
+			wb, _ := os.ReadFile(p)
+			gb, err := os.ReadFile(filepath.Join(got, rel))
+			if err != nil || string(wb) != string(gb) {
+				t.Errorf("%s: content differs (%v)", rel, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filepath.WalkDir(got, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && p != got {
+			if rel, _ := filepath.Rel(got, p); !seen[rel] {
+				t.Errorf("%s: not in the source tree", rel)
+			}
+		}
+		return nil
+	})
+}
+
+// rankWrapper writes a script that runs its arguments and records the
+// exit status in dir/rc.RANK (rank from Open MPI's or PMI's variables),
+// so tests can check that every rank exited the same way.
+func rankWrapper(t *testing.T) (script, dir string) {
+	t.Helper()
+	dir = t.TempDir()
+	script = filepath.Join(dir, "wrap.sh")
+	body := `#!/bin/sh
+"$@"
+rc=$?
+echo $rc > "` + dir + `/rc.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}"
+exit $rc
+`
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script, dir
+}
+
+// rankCodes reads the exit statuses written by rankWrapper's script.
+func rankCodes(t *testing.T, dir string, np int) []int {
+	t.Helper()
+	codes := make([]int, np)
+	for r := range np {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rc.%d", r)))
+		if err != nil {
+			t.Fatalf("rank %d left no exit status: %v", r, err)
+		}
+		codes[r], err = strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return codes
+}
+
+// variants lists the builds to test with their rank counts.
+func variantsNP() []struct {
+	v  testutil.Variant
+	np int
+} {
+	var out []struct {
+		v  testutil.Variant
+		np int
+	}
+	for _, v := range testutil.MPIVariants {
+		for _, np := range []int{1, 2, 4} {
+			out = append(out, struct {
+				v  testutil.Variant
+				np int
+			}{v, np})
+		}
+	}
+	return out
+}
