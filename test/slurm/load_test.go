@@ -121,3 +121,50 @@ func TestLoadUnderSrun(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadMismatchedPMI starts each MPI build under the OTHER srun --mpi
+// type, the mistake docs/slurm.md warns about: it must end (no hang); Open
+// MPI must fail in MPI_Init, and MPICH's singletons must be reported as a
+// mismatch between the environment and MPI_COMM_WORLD.
+func TestLoadMismatchedPMI(t *testing.T) {
+	needSlurm(t)
+	base := t.TempDir()
+	src := filepath.Join(base, "cache")
+	makeCache(t, src)
+	bundle := filepath.Join(base, "cache.kbundle")
+	pack(t, testutil.Kbundle(t, testutil.NoMPI), src, bundle)
+	for _, c := range []struct {
+		v        testutil.Variant
+		mpi      string
+		mustFail bool
+		stderr   string // what the output must say
+	}{
+		{testutil.OpenMPI, "pmi2", true, "MPI_Init"},
+		{testutil.MPICH, "pmix", false, "MPI_COMM_WORLD"},
+	} {
+		t.Run(string(c.v)+"-under-"+c.mpi, func(t *testing.T) {
+			kb := testutil.Kbundle(t, c.v)
+			dir := t.TempDir()
+			st := filepath.Join(dir, "status")
+			if err := os.Mkdir(st, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			so, se, code := run(t, testutil.MPIEnv, dir, "srun", "--mpi="+c.mpi, "-n", "2", "-O",
+				"sh", "-c", loadTask, kb, bundle, filepath.Join(dir, "dest"), st)
+			out := fmt.Sprintf("srun exit %d\n--- stdout:\n%s--- stderr:\n%s", code, so, se)
+			failed := 0
+			for _, s := range taskStatuses(t, st, 2) {
+				if s != 0 {
+					failed++
+				}
+			}
+			t.Logf("%d of 2 tasks failed", failed)
+			if c.mustFail && failed == 0 {
+				t.Errorf("every task succeeded under the wrong PMI type\n%s", out)
+			}
+			if !strings.Contains(se, c.stderr) {
+				t.Errorf("stderr does not mention %q\n%s", c.stderr, out)
+			}
+		})
+	}
+}
