@@ -82,9 +82,12 @@ running_daemons() {
 # A daemon left by an earlier slurm-up.sh with ANOTHER state folder (marked
 # by MARKER) is stopped through that folder; any other one holds the ports:
 # name it, do not kill it.
+stopped=" "
 while read -r pid conf; do
 	old=$(dirname "$conf")
+	[[ $stopped == *" $old "* ]] && continue
 	if [[ $conf != - && -e $old/$MARKER ]]; then
+		stopped+="$old "
 		say "stopping an earlier test Slurm (pid $pid, state $old)"
 		"$HERE/slurm-down.sh" "$old" 2>&1 | sed 's/^/  /' >&2 || true
 	fi
