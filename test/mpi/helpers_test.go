@@ -147,10 +147,7 @@ func rankWrapper(t *testing.T) (script, dir string) {
 	t.Helper()
 	dir = t.TempDir()
 	script = filepath.Join(dir, "wrap.sh")
-	// The launcher kills the other ranks once one exits non-zero; the
-	// wrapper ignores that so each rank's own status is recorded.
 	body := `#!/bin/sh
-trap '' TERM INT HUP
 "$@"
 rc=$?
 echo $rc > "` + dir + `/rc.${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}"
