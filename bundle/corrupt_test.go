@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle/internal/gen/vectors"
 )
@@ -444,4 +446,122 @@ func TestExtractDestinations(t *testing.T) {
 			t.Fatalf("left behind: %v", bad)
 		}
 	})
+}
+
+// TestTrust checks CheckTrust and ReadFile on bundles and directories that
+// others could write or that others own.
+func TestTrust(t *testing.T) {
+	data := vector(t, "valid-basic")
+	setup := func(t *testing.T, dirMode, fileMode fs.FileMode) (dir, file string) {
+		dir = filepath.Join(t.TempDir(), "d")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		file = filepath.Join(dir, "b.kbundle")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(file, fileMode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, dirMode); err != nil {
+			t.Fatal(err)
+		}
+		return dir, file
+	}
+	for _, c := range []struct {
+		name              string
+		dirMode, fileMode fs.FileMode
+		bad               string // what the message must name; "" means trusted
+	}{
+		{"private", 0o700, 0o600, ""},
+		{"readable by all", 0o755, 0o644, ""},
+		{"group-writable file", 0o755, 0o664, "b.kbundle"},
+		{"world-writable file", 0o755, 0o606, "b.kbundle"},
+		{"group-writable directory", 0o775, 0o644, "d"},
+		{"world-writable directory", 0o777, 0o644, "d"},
+		{"world-writable sticky directory owned by us", 0o1777, 0o644, "d"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir, file := setup(t, c.dirMode, c.fileMode)
+			for _, check := range []func(string) error{CheckTrust, func(p string) error { _, err := ReadFile(p); return err }} {
+				err := check(file)
+				if c.bad == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				named := file
+				if c.bad == "d" {
+					named = dir
+				}
+				if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), named) || !strings.Contains(err.Error(), "mode") {
+					t.Fatalf("%v, want ErrUntrusted naming %s and its mode", err, named)
+				}
+			}
+		})
+	}
+	t.Run("owned by someone else", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a file away")
+		}
+		_, file := setup(t, 0o755, 0o644)
+		if err := os.Chown(file, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckTrust(file); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "uid 65534") {
+			t.Fatalf("%v, want ErrUntrusted naming the owner", err)
+		}
+	})
+	t.Run("damaged and trusted", func(t *testing.T) {
+		_, file := setup(t, 0o700, 0o600)
+		b := slices.Clone(data)
+		b[100] ^= 1
+		os.WriteFile(file, b, 0o600)
+		if _, err := ReadFile(file); !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), file) {
+			t.Fatalf("%v, want ErrChecksum naming the file", err)
+		}
+	})
+	t.Run("a directory, not a file", func(t *testing.T) {
+		dir, _ := setup(t, 0o700, 0o600)
+		if err := CheckTrust(dir); !errors.Is(err, ErrFormat) {
+			t.Fatalf("%v, want ErrFormat", err)
+		}
+	})
+}
+
+// TestOpenFIFO: a FIFO where a bundle should be is refused at once, not
+// waited on (opening a FIFO for reading blocks until someone writes).
+func TestOpenFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo.kbundle")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for name, open := range map[string]func() error{
+		"Open": func() error {
+			rc, err := Open(p)
+			if err == nil {
+				rc.Close()
+			}
+			return err
+		},
+		"ReadFile":   func() error { _, err := ReadFile(p); return err },
+		"CheckTrust": func() error { return CheckTrust(p) },
+	} {
+		done := make(chan error, 1)
+		go func() { done <- open() }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), p) {
+				t.Errorf("%s: %v, want ErrFormat naming the file", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			// Unblock the stuck open so the test binary can finish.
+			if f, err := os.OpenFile(p, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+			t.Fatalf("%s: still waiting on a FIFO after 5s (a hang)", name)
+		}
+	}
 }

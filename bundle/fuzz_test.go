@@ -310,7 +310,8 @@ func randomTree(rng *rand.Rand, blob []byte) []raw.File {
 			fallthrough
 		case 3: // big: crosses segment boundaries
 			if len(blob) > 0 {
-				f.Data = bytes.Repeat(blob, 1+rng.Intn(2*MinSegmentSize/len(blob)+1))[:rng.Intn(3*MinSegmentSize)]
+				n := rng.Intn(3 * MinSegmentSize)
+				f.Data = bytes.Repeat(blob, n/len(blob)+1)[:n]
 			}
 		default:
 			lo := rng.Intn(len(blob) + 1)

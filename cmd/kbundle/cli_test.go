@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +37,7 @@ import (
 //	sametree A B             same names, kinds, modes, contents, mtimes
 //	content PATH TEXT        PATH holds exactly TEXT (\n escapes)
 //	mkdir PATH / write PATH TEXT / rm PATH / cp SRC DST / symlink OLD NEW
+//	mkfifo PATH
 //	chmod MODE PATH / truncate PATH N / flip PATH OFFSET / append PATH TEXT
 //	                         (N and OFFSET count from the end when negative)
 //	chown-other PATH         give PATH to the other user (root only)
@@ -301,6 +303,9 @@ func (s *cliScript) line(line string) {
 		s.check(err)
 		s.check(os.WriteFile(s.path(args[1]), b, 0o644))
 		s.check(os.Chmod(s.path(args[1]), 0o644))
+	case "mkfifo":
+		want(1)
+		s.check(syscall.Mkfifo(s.path(args[0]), 0o600))
 	case "symlink":
 		want(2)
 		s.check(os.Symlink(args[0], s.path(args[1])))
@@ -547,4 +552,3 @@ func cliOtherUser(t *testing.T) (uid, gid int) {
 	}
 	return otherUID, otherGID
 }
-
