@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"sync"
+	"syscall"
 )
 
 // A Reader reads a bundle from an io.ReaderAt. It is safe for concurrent
@@ -48,7 +49,9 @@ func (rc *ReadCloser) Close() error { return rc.f.Close() }
 // Open opens the bundle file name. It does not check trust: see ReadFile
 // and CheckTrust.
 func Open(name string) (*ReadCloser, error) {
-	f, err := os.Open(name)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer (a hang); the
+	// file is then refused as not regular. Regular files ignore the flag.
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -70,7 +70,7 @@ func trusted(path string, fi fs.FileInfo, isDir bool) error {
 // read, then the header, trailer, index and whole-file digest. It returns
 // the bundle's bytes, ready for NewReaderBytes or a broadcast.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not hang us (see Open)
 	if err != nil {
 		return nil, err
 	}
