@@ -552,3 +552,73 @@ func cliOtherUser(t *testing.T) (uid, gid int) {
 	}
 	return otherUID, otherGID
 }
+
+// TestCLIVectors runs verify and extract on every committed test vector:
+// valid ones succeed; every other exits 3 with a message naming the file
+// and a hint, and extraction leaves neither the destination nor a
+// temporary directory.
+func TestCLIVectors(t *testing.T) {
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	dir := filepath.Join(testutil.RepoRoot(), "bundle", "testdata", "vectors")
+	table, err := os.ReadFile(filepath.Join(dir, "vectors.tsv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(table), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		file, outcome := f[0], f[1]
+		n++
+		work := t.TempDir()
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, file), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		run := func(args ...string) (string, int) {
+			cmd := exec.Command(kb, args...)
+			cmd.Dir = work
+			cmd.Env = cliBaseEnv()
+			var se bytes.Buffer
+			cmd.Stderr = &se
+			err := cmd.Run()
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			return se.String(), code
+		}
+		verr, vcode := run("verify", file)
+		eerr, ecode := run("extract", file, "dest")
+		switch {
+		case outcome == "ok":
+			if vcode != 0 || ecode != 0 {
+				t.Errorf("%s: verify exit %d, extract exit %d, want 0\n%s%s", file, vcode, ecode, verr, eerr)
+			}
+			continue
+		case vcode != exitUnusable:
+			t.Errorf("%s (%s): verify exit %d, want 3\n%s", file, outcome, vcode, verr)
+		case !strings.Contains(verr, "kbundle: "+file+": ") || !strings.Contains(verr, "kbundle: hint: "):
+			t.Errorf("%s: verify message does not name the file or lacks a hint:\n%s", file, verr)
+		}
+		if file == "file-digest-wrong.kbundle" { // contents are intact; extract checks those
+			continue
+		}
+		if ecode != exitUnusable {
+			t.Errorf("%s (%s): extract exit %d, want 3\n%s", file, outcome, ecode, eerr)
+		}
+		if left, _ := filepath.Glob(filepath.Join(work, "*dest*")); len(left) != 0 {
+			t.Errorf("%s: extract left %v", file, left)
+		}
+	}
+	if n < 50 {
+		t.Fatalf("only %d vectors", n)
+	}
+}
