@@ -58,16 +58,23 @@ func (r *Reader) Extract(dest string, opt *ExtractOptions) (res *ExtractResult, 
 		return nil, err
 	}
 	parent := filepath.Dir(dest)
+	created := missingAncestor(parent)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create %s: %w", parent, err)
 	}
+	defer func() {
+		if err != nil && created != "" { // remove the parents we made, if still empty
+			for d := parent; os.Remove(d) == nil && d != created; d = filepath.Dir(d) {
+			}
+		}
+	}()
 	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".kbundle-tmp-")
 	if err != nil {
 		return nil, fmt.Errorf("cannot extract into %s: %w", parent, err)
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			removeTree(tmp)
 		}
 	}()
 	res, err = r.extractInto(ctx, tmp, opt)
@@ -128,7 +135,7 @@ func install(tmp, dest string, replace bool) error {
 	}
 	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest, unix.RENAME_EXCHANGE)
 	if err == nil {
-		return os.RemoveAll(tmp) // tmp now holds the old tree
+		return removeTree(tmp) // tmp now holds the old tree
 	}
 	old := tmp + ".old"
 	if err := os.Rename(dest, old); err != nil {
@@ -138,7 +145,34 @@ func install(tmp, dest string, replace bool) error {
 		os.Rename(old, dest)
 		return fmt.Errorf("cannot replace %s: %w", dest, err)
 	}
-	return os.RemoveAll(old)
+	return removeTree(old)
+}
+
+// removeTree removes a tree extracted earlier, whose directories may be
+// read-only (restored modes): it makes each writable before emptying it.
+func removeTree(dir string) error {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("cannot remove the old tree %s: %w", dir, err)
+	}
+	return nil
+}
+
+// missingAncestor returns the topmost of dir and its ancestors that does
+// not exist, or "" when dir exists.
+func missingAncestor(dir string) string {
+	top := ""
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			return top
+		}
+		top = d
+	}
 }
 
 func syncDir(dir string) error {

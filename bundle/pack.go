@@ -92,7 +92,17 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 		return nil, fmt.Errorf("%s is not a directory", dir)
 	}
 	res = &PackResult{Path: out}
-	dirs, files, newest, err := walk(dir, out, opt.Exclude, res)
+	// Walk the real directory: WalkDir does not descend into a symlinked
+	// root (it would pack nothing), and out must be compared in its terms.
+	realDir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	realOut := out
+	if d, err := filepath.EvalSymlinks(filepath.Dir(out)); err == nil {
+		realOut = filepath.Join(d, filepath.Base(out))
+	}
+	dirs, files, newest, err := walk(realDir, realOut, opt.Exclude, res)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func hint(err error) string {
 	switch {
 	case errors.Is(err, bundle.ErrUntrusted):
 		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
-	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat):
+	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
 		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
 	case errors.Is(err, bundle.ErrVersion):
 		return "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"

@@ -21,6 +21,9 @@ func init() {
 			if c.NArg() != 2 {
 				return cli.Exit("usage: kbundle extract FILE DEST [--force]", exitUsage)
 			}
+			if err := bundle.CheckTrust(c.Args().Get(0)); err != nil {
+				return bundleExit(err)
+			}
 			rc, err := bundle.Open(c.Args().Get(0))
 			if err != nil {
 				return bundleExit(err)

@@ -23,7 +23,12 @@ const (
 // commands is filled by each command's file (one file per command).
 var commands []*cli.Command
 
-func register(c *cli.Command) { commands = append(commands, c) }
+func register(c *cli.Command) {
+	if c.OnUsageError == nil { // a bad flag of a command is a usage error too
+		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), exitUsage) }
+	}
+	commands = append(commands, c)
+}
 
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
@@ -42,7 +47,13 @@ func newApp() *cli.App {
 			"(missing, damaged or untrusted). See docs/usage.md.",
 		Commands:        commands,
 		HideHelpCommand: true,
-		ExitErrHandler:  func(*cli.Context, error) {}, // main prints and exits
+		Action: func(c *cli.Context) error { // reached with an unknown command
+			if c.NArg() > 0 {
+				return cli.Exit(fmt.Sprintf("unknown command %q (see kbundle --help)", c.Args().First()), exitUsage)
+			}
+			return cli.ShowAppHelp(c)
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // main prints and exits
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return cli.Exit(err.Error(), exitUsage)
 		},

@@ -103,4 +103,3 @@ func writePresets(w io.Writer, verbose bool) error {
 	}
 	return nil
 }
-
