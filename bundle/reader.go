@@ -132,7 +132,11 @@ func parse(ra io.ReaderAt, size int64) (*Reader, error) {
 	if sum(ib) != Digest(tr[16:32]) {
 		return nil, errf(ErrChecksum, "index digest does not match")
 	}
-	ix, err := parseIndex(ib)
+	raw, err := decodeIndex(ib)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := parseIndex(raw)
 	if err != nil {
 		return nil, err
 	}

@@ -324,10 +324,15 @@ func (w *Writer) Close() error {
 		return w.fail(err)
 	}
 	indexOff := w.sink.n
-	ib := appendIndex(nil, ix)
-	if len(ib) > MaxIndexLen {
-		return w.fail(errf(ErrTooLarge, "index of %d bytes (limit %d)", len(ib), MaxIndexLen))
+	raw := appendIndex(nil, ix)
+	if len(raw) > MaxIndexLen {
+		return w.fail(errf(ErrTooLarge, "index of %d bytes (limit %d)", len(raw), MaxIndexLen))
 	}
+	ienc, err := encoder(LevelDefault, DefaultSegmentSize) // whatever the content's level
+	if err != nil {
+		return w.fail(err)
+	}
+	ib := encodeIndex(ienc, raw)
 	w.write(ib)
 	var tr [trailerSize - 16]byte
 	binary.LittleEndian.PutUint64(tr[0:], uint64(indexOff))

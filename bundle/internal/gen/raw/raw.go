@@ -78,6 +78,10 @@ type Bundle struct {
 	IndexSlack   []byte // bytes after the entries, inside index_length
 	Gap          []byte // bytes between the last segment and the index
 
+	// StoredIndex, when not nil, turns the raw index into its stored form
+	// instead of StoreIndex.
+	StoredIndex func(raw []byte) []byte
+
 	IndexOffset *uint64
 	IndexLength *uint64
 	IndexDigest *[16]byte
@@ -165,7 +169,11 @@ func (b *Bundle) Encode() []byte {
 	}
 	out = append(out, b.Gap...)
 	ioff := uint64(len(out))
-	ix := b.Index()
+	store := StoreIndex
+	if b.StoredIndex != nil {
+		store = b.StoredIndex
+	}
+	ix := store(b.Index())
 	out = append(out, ix...)
 	if b.IndexOffset != nil {
 		ioff = *b.IndexOffset
@@ -220,6 +228,31 @@ func Encoder(segSize int64) *zstd.Encoder {
 		panic(err)
 	}
 	return e
+}
+
+// IndexEncoder is the encoder kbundle's writer uses for the index,
+// whatever the content's level: the default level with an 8 MiB window.
+func IndexEncoder() *zstd.Encoder { return Encoder(8 << 20) }
+
+// StoreIndex turns a raw index into its stored form: the raw length (u64)
+// and one zstd frame.
+func StoreIndex(raw []byte) []byte {
+	enc := IndexEncoder()
+	defer enc.Close()
+	return enc.EncodeAll(raw, binary.LittleEndian.AppendUint64(nil, uint64(len(raw))))
+}
+
+// LoadIndex undoes StoreIndex, trusting its input.
+func LoadIndex(stored []byte) ([]byte, error) {
+	if len(stored) < 8 {
+		return nil, errors.New("raw: index too short")
+	}
+	dec, err := zstd.NewReader(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	return dec.DecodeAll(stored[8:], nil)
 }
 
 // SetData cuts data into segments of b.SegmentSize, compresses each and
@@ -307,7 +340,10 @@ func Decode(in []byte) (*Bundle, error) {
 	if ioff+ilen != uint64(len(in)-TrailerSize) {
 		return nil, errors.New("raw: index does not end at the trailer")
 	}
-	x := in[ioff : ioff+ilen]
+	x, err := LoadIndex(in[ioff : ioff+ilen])
+	if err != nil {
+		return nil, err
+	}
 	u16 := func() uint16 { v := le.Uint16(x); x = x[2:]; return v }
 	u32 := func() uint32 { v := le.Uint32(x); x = x[4:]; return v }
 	u64 := func() uint64 { v := le.Uint64(x); x = x[8:]; return v }

@@ -11,6 +11,7 @@ package vectors
 
 import (
 	"bytes"
+	"encoding/binary"
 	"slices"
 
 	"github.com/kbundle/kbundle/bundle/internal/gen/raw"
@@ -200,7 +201,7 @@ func All() []Vector {
 	}
 	{
 		b := basic()
-		n := uint64(len(b.Index()))
+		n := uint64(len(raw.StoreIndex(b.Index())))
 		b.IndexLength = raw.U64(n + 1000)
 		add("index-length-past-file", ErrFormat, StageOpen, "index_length reaches past the start of the file", b.Encode())
 	}
@@ -241,10 +242,42 @@ func All() []Vector {
 	}
 	{
 		b := basic()
-		ix := b.Index()
-		at := len(good) - raw.TrailerSize - len(ix) + bytes.Index(ix, []byte("b.json"))
-		add("flipped-bit-in-entry", ErrChecksum, StageOpen, "one bit of an entry name flipped (index digest catches it)",
+		ix := raw.StoreIndex(b.Index())
+		at := len(good) - raw.TrailerSize - len(ix) + len(ix)/2
+		add("flipped-bit-in-entry", ErrChecksum, StageOpen, "one bit of the stored index flipped (index digest catches it)",
 			raw.Refresh(flip(good, at, 1)))
+	}
+	{
+		b := basic()
+		b.StoredIndex = func(ix []byte) []byte { return append(binary.LittleEndian.AppendUint64(nil, uint64(len(ix))), ix...) }
+		add("index-not-compressed", ErrFormat, StageOpen, "the index stored without zstd", b.Encode())
+	}
+	{
+		b := basic()
+		b.StoredIndex = func(ix []byte) []byte {
+			st := raw.StoreIndex(ix)
+			binary.LittleEndian.PutUint64(st, uint64(len(ix)+1))
+			return st
+		}
+		add("index-raw-length-wrong", ErrFormat, StageOpen, "the index's declared raw length is one more than it decompresses to", b.Encode())
+	}
+	{
+		b := basic()
+		b.StoredIndex = func(ix []byte) []byte {
+			st := raw.StoreIndex(ix)
+			binary.LittleEndian.PutUint64(st, 1<<30+1)
+			return st
+		}
+		add("index-raw-length-too-large", ErrTooLarge, StageOpen, "the index declares 1 GiB + 1 raw bytes", b.Encode())
+	}
+	{
+		b := basic()
+		b.StoredIndex = func(ix []byte) []byte {
+			st := raw.StoreIndex(ix)
+			binary.LittleEndian.PutUint64(st, 64*uint64(len(st))+1<<20+1)
+			return st
+		}
+		add("index-raw-length-ratio", ErrTooLarge, StageOpen, "the index declares more than 64 times its stored size plus 1 MiB", b.Encode())
 	}
 	{
 		b := basic()
