@@ -29,9 +29,9 @@ func init() {
 		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, DIR defaulting to\n" +
 			"$KBUNDLE_CACHE_DIR), checks it and broadcasts it; one rank per node extracts it\n" +
-			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else a node-local per-job\n" +
-			"directory ($FLUX_JOB_TMPDIR/kbundle, $PALS_SPOOL_DIR/kbundle,\n" +
-			"$TMPDIR/kbundle-USER-JOB), else /tmp/kbundle-USER-JOB. DEST is printed on stdout\n" +
+			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
+			"$TMPDIR/kbundle-USER-JOB, else /tmp/kbundle-USER-JOB (JOB: the scheduler's job id,\n" +
+			"so the application's later launch finds it). DEST is printed on stdout\n" +
 			"by rank 0, a summary on stderr. Without a launcher, or with one task, it loads\n" +
 			"locally. With --preset, each node's copy is relocated for the framework and\n" +
 			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n\n" +
@@ -43,7 +43,7 @@ func init() {
 			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST`ination directory"},
 			&cli.BoolFlag{Name: "force", Usage: "replace DEST if it exists and is not empty"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
-			&cli.StringSliceFlag{Name: "preset", Usage: "relocate for and print the environment of framework `NAME` (repeatable)"},
+			presetFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
 		},
@@ -127,13 +127,11 @@ func loadAction(c *cli.Context) error {
 	default:
 		return l.fail("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_CACHE_DIR", exitUsage)
 	}
-	for _, name := range c.StringSlice("preset") {
-		p, err := warmup.Lookup(name)
-		if err != nil {
-			return l.fail(err.Error(), exitUsage)
-		}
-		l.presets = append(l.presets, p)
+	presets, err := lookupPresets(c.StringSlice("preset"))
+	if err != nil {
+		return l.fail(err.Error(), exitUsage)
 	}
+	l.presets = presets
 	if c.Bool("print-env") && len(l.presets) == 0 {
 		return l.fail("--print-env needs --preset NAME", exitUsage)
 	}
@@ -346,11 +344,8 @@ func defaultDest(to, job string) (string, error) {
 		job = "pid" + strconv.Itoa(os.Getpid())
 	}
 	name := "kbundle-" + safeName(userName()) + "-" + safeName(job)
-	for _, k := range []string{"FLUX_JOB_TMPDIR", "PALS_SPOOL_DIR"} {
-		if d := os.Getenv(k); d != "" {
-			return filepath.Join(d, "kbundle"), nil
-		}
-	}
+	// Not $PALS_SPOOL_DIR or $FLUX_JOB_TMPDIR: the launcher removes them
+	// when the load's own launch ends, before the application starts.
 	if d := os.Getenv("TMPDIR"); d != "" {
 		return filepath.Join(d, name), nil
 	}
