@@ -37,7 +37,7 @@ go test -p 1 -timeout 25m "${system[@]}"
 
 echo "== fuzz (${fuzztime} a target)"
 while read -r pkg target; do
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg"
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 	pkg="./$(dirname "${f#./}")"
 	grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //' | sed "s|^|$pkg |"
