@@ -66,6 +66,20 @@ find_pids() {
 }
 
 # stop NAME PIDFILE: TERM our NAME processes, wait up to 20 s, then KILL.
+# wait_gone TICKS PID...: wait up to TICKS tenths of a second for the pids to exit.
+wait_gone() {
+	local ticks=$1 i pid left
+	shift
+	for ((i = 0; i < ticks; i++)); do
+		left=0
+		for pid in "$@"; do
+			alive "$pid" && left=1
+		done
+		((left)) || return 0
+		sleep 0.1
+	done
+}
+
 stop() {
 	local name=$1 pidfile=$2 pid i
 	local -a pids
@@ -76,28 +90,14 @@ stop() {
 	fi
 	say "stopping $name (pid ${pids[*]})"
 	kill -TERM "${pids[@]}" 2>/dev/null
-	for ((i = 0; i < 200; i++)); do
-		local left=0
-		for pid in "${pids[@]}"; do
-			alive "$pid" && left=1
-		done
-		((left)) || break
-		sleep 0.1
-	done
+	wait_gone 200 "${pids[@]}"
 	for pid in "${pids[@]}"; do
 		if alive "$pid"; then
 			say "$name pid $pid ignored TERM for 20 s: killing it"
 			kill -KILL "$pid" 2>/dev/null
 		fi
 	done
-	for ((i = 0; i < 50; i++)); do
-		local left=0
-		for pid in "${pids[@]}"; do
-			alive "$pid" && left=1
-		done
-		((left)) || break
-		sleep 0.1
-	done
+	wait_gone 50 "${pids[@]}"
 	for pid in "${pids[@]}"; do
 		alive "$pid" && say "warning: $name pid $pid is still running"
 	done

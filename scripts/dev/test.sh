@@ -36,8 +36,28 @@ mapfile -t system < <(go list ./test/...)
 go test -p 1 -timeout 25m "${system[@]}"
 
 echo "== fuzz (${fuzztime} a target)"
+# fuzz PKG TARGET: a short run. Go's fuzzer sometimes ends a time-bounded
+# run with "context deadline exceeded" although nothing failed; a real
+# failure always writes its input under PKG/testdata/fuzz/TARGET, so only
+# that (or any other error) fails the build.
+fuzz() {
+	local pkg=$1 target=$2 log
+	log=$(mktemp)
+	if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg" 2>&1 | tee "$log"; then
+		rm -f "$log"
+		return 0
+	fi
+	if grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written' "$log" &&
+		[ -z "$(git status --porcelain -- "$pkg/testdata/fuzz/$target")" ]; then
+		echo "kbundle: $target: the fuzzer stopped on its own deadline with no failing input (Go fuzzer quirk); not a failure"
+		rm -f "$log"
+		return 0
+	fi
+	rm -f "$log"
+	return 1
+}
 while read -r pkg target; do
-	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg"
+	fuzz "$pkg" "$target"
 done < <(grep -rl --include='*_test.go' '^func Fuzz' . | while read -r f; do
 	pkg="./$(dirname "${f#./}")"
 	grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //' | sed "s|^|$pkg |"
