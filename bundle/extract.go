@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -207,7 +209,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 			}
 			res.Dirs++
 		case e.Size == 0:
-			if err := writeNew(root, e.Name, nil); err != nil {
+			if err := writeNew(root, e, nil); err != nil {
 				return nil, wrap(e, err)
 			}
 		}
@@ -224,7 +226,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 				return err
 			}
 			for _, i := range b.entries {
-				if err := writeNew(root, r.entry(i).Name, data); err != nil {
+				if err := writeNew(root, r.entry(i), data); err != nil {
 					return wrap(r.entry(i), err)
 				}
 			}
@@ -232,7 +234,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 		},
 		func(b *blob, rd io.Reader) error {
 			first := r.entry(b.entries[0])
-			if err := copyNew(root, first.Name, rd); err != nil {
+			if err := copyNew(root, first, rd); err != nil {
 				return err
 			}
 			for _, i := range b.entries[1:] {
@@ -240,7 +242,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 				if err != nil {
 					return wrap(first, err)
 				}
-				err = copyNew(root, r.entry(i).Name, src)
+				err = copyNew(root, r.entry(i), src)
 				src.Close()
 				if err != nil {
 					return err
@@ -251,12 +253,10 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 	if err != nil {
 		return nil, err
 	}
-	// Modes and times: files, then directories deepest first.
+	// Files got their modes and times as they were written; directories
+	// get theirs last, deepest first.
 	for i := range r.ix.entries {
 		if e := &r.ix.entries[i]; !e.Dir {
-			if err := setAttrs(root, e); err != nil {
-				return nil, wrap(e, err)
-			}
 			res.Files++
 			res.Bytes += e.Size
 		}
@@ -271,28 +271,61 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 	return res, nil
 }
 
-func writeNew(root *os.Root, name string, data []byte) error {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// writeNew creates the file of e with data, its mode and mtime.
+func writeNew(root *os.Root, e *Entry, data []byte) error {
+	return createFile(root, e, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// copyNew creates the file of e with rd's bytes, its mode and mtime.
+func copyNew(root *os.Root, e *Entry, rd io.Reader) error {
+	return createFile(root, e, func(f *os.File) error {
+		_, err := io.Copy(f, rd)
+		return err
+	})
+}
+
+// createFile creates a new file through root, fills it, then sets its
+// mode and mtime on the open descriptor (no second path lookup).
+func createFile(root *os.Root, e *Entry, fill func(*os.File) error) error {
+	f, err := root.OpenFile(e.Name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	err = fill(f)
+	if err == nil {
+		err = f.Chmod(e.Mode.Perm())
+	}
+	if err == nil {
+		err = futimens(f, e.ModTime)
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-func copyNew(root *os.Root, name string, rd io.Reader) error {
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// futimens sets f's access and modification times to t, in nanoseconds.
+func futimens(f *os.File, t time.Time) error {
+	ts := [2]unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(f, rd)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		// utimensat(fd, NULL, ts, 0) is futimens(fd, ts).
+		_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, fd, 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		if e != 0 {
+			serr = &os.PathError{Op: "futimens", Path: f.Name(), Err: e}
+		}
+	})
+	if err != nil {
+		return err
 	}
-	return err
+	return serr
 }
 
 func setAttrs(root *os.Root, e *Entry) error {

@@ -17,19 +17,24 @@ type blob struct {
 	entries   []int
 }
 
-// job is a unit of parallel work: the blobs that start in segment seg and
-// end in it or the next one (small), or one blob spanning more than two
-// segments (large, streamed on its own).
+// job is a unit of parallel work: decode segment seg and handle the blobs
+// wholly inside it (small), or stream one blob spanning more than two
+// segments (large). A blob that crosses from segment k into k+1 belongs to
+// boundary k and is handled by whichever of jobs k and k+1 finishes
+// decoding last, so no worker ever waits for another.
 type job struct {
 	seg   int
 	small []*blob
-	spill bool // some blob of small ends in segment seg+1
 	large *blob
 }
 
-// plan groups the bundle's non-empty blobs into jobs, in data order, and
-// counts how many jobs need each segment's decoded bytes.
-func (r *Reader) plan() (jobs []job, refs []int32) {
+type boundary struct {
+	blobs   []*blob
+	pending atomic.Int32 // jobs (k and k+1) still to decode their segment
+}
+
+// plan groups the bundle's non-empty blobs into jobs and boundaries.
+func (r *Reader) plan() (jobs []job, bounds []boundary) {
 	byOff := map[int64]*blob{}
 	var order []*blob
 	for i := range r.ix.entries {
@@ -46,56 +51,50 @@ func (r *Reader) plan() (jobs []job, refs []int32) {
 		b.entries = append(b.entries, i)
 	}
 	slices.SortFunc(order, func(a, b *blob) int { return cmp.Compare(a.off, b.off) })
-	refs = make([]int32, len(r.ix.packed))
+	bounds = make([]boundary, len(r.ix.packed))
 	segOf := func(o int64) int { return int(o / r.ix.segSize) }
 	bySeg := map[int]int{} // segment → index in jobs
-	for _, b := range order {
-		first, last := segOf(b.off), segOf(b.off+b.size-1)
-		if last > first+1 {
-			jobs = append(jobs, job{seg: -1, large: b})
-			continue
-		}
-		k, ok := bySeg[first]
+	jobFor := func(seg int) *job {
+		k, ok := bySeg[seg]
 		if !ok {
 			k = len(jobs)
-			bySeg[first] = k
-			jobs = append(jobs, job{seg: first})
-			refs[first]++
+			bySeg[seg] = k
+			jobs = append(jobs, job{seg: seg})
 		}
-		jobs[k].small = append(jobs[k].small, b)
-		if last > first && !jobs[k].spill {
-			jobs[k].spill = true
-			refs[last]++
+		return &jobs[k]
+	}
+	for _, b := range order {
+		first, last := segOf(b.off), segOf(b.off+b.size-1)
+		switch {
+		case last > first+1:
+			jobs = append(jobs, job{seg: -1, large: b})
+		case last == first:
+			j := jobFor(first)
+			j.small = append(j.small, b)
+		default:
+			jobFor(first)
+			jobFor(last)
+			bounds[first].blobs = append(bounds[first].blobs, b)
 		}
 	}
-	return jobs, refs
+	for i := range bounds {
+		if len(bounds[i].blobs) > 0 {
+			bounds[i].pending.Store(2)
+		}
+	}
+	return jobs, bounds
 }
 
-// segFutures decode each segment once, on first demand, and free it when
-// the last job that needs it is done.
-type segFutures struct {
-	r    *Reader
-	segs []segFuture
+// segData holds decoded segments until every user released them.
+type segData struct {
+	data [][]byte
+	refs []atomic.Int32
 }
 
-type segFuture struct {
-	once sync.Once
-	data []byte
-	err  error
-	refs atomic.Int32
-}
-
-func (f *segFutures) get(i int) ([]byte, error) {
-	s := &f.segs[i]
-	s.once.Do(func() { s.data, s.err = f.r.segment(i, getBuf(f.r.segRaw(i))) })
-	return s.data, s.err
-}
-
-func (f *segFutures) release(i int) {
-	s := &f.segs[i]
-	if s.refs.Add(-1) == 0 {
-		putBuf(s.data)
-		s.data = nil
+func (s *segData) release(i int) {
+	if s.refs[i].Add(-1) == 0 {
+		putBuf(s.data[i])
+		s.data[i] = nil
 	}
 }
 
@@ -113,11 +112,20 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	jobs, refs := r.plan()
-	fut := &segFutures{r: r, segs: make([]segFuture, len(refs))}
-	for i, n := range refs {
-		fut.segs[i].refs.Store(n)
+	jobs, bounds := r.plan()
+	segs := &segData{data: make([][]byte, len(bounds)), refs: make([]atomic.Int32, len(bounds))}
+	for _, j := range jobs {
+		if j.large == nil {
+			segs.refs[j.seg].Add(1)
+		}
 	}
+	for k := range bounds {
+		if len(bounds[k].blobs) > 0 {
+			segs.refs[k].Add(1)
+			segs.refs[k+1].Add(1)
+		}
+	}
+	run := &blobRun{r: r, segs: segs, bounds: bounds, small: small, large: large, progress: progress}
 	next := make(chan job)
 	var wg sync.WaitGroup
 	for range workers {
@@ -129,7 +137,7 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 				if ctx.Err() != nil {
 					continue
 				}
-				if err := r.doJob(j, fut, &spill, small, large, progress); err != nil {
+				if err := run.do(j, &spill); err != nil {
 					cancel(err)
 				}
 			}
@@ -151,56 +159,81 @@ feed:
 	return ctx.Err()
 }
 
-func (r *Reader) doJob(j job, fut *segFutures, spill *[]byte,
-	small func(b *blob, data []byte) error,
-	large func(b *blob, rd io.Reader) error,
-	progress func(n int64)) error {
+type blobRun struct {
+	r        *Reader
+	segs     *segData
+	bounds   []boundary
+	small    func(b *blob, data []byte) error
+	large    func(b *blob, rd io.Reader) error
+	progress func(n int64)
+}
+
+func (br *blobRun) report(n int64) {
+	if br.progress != nil && n > 0 {
+		br.progress(n)
+	}
+}
+
+func (br *blobRun) do(j job, spill *[]byte) error {
+	r := br.r
 	if j.large != nil {
 		b := j.large
-		br := r.openBlob(r.entry(b.entries[0]))
-		br.private = true
-		br.ownIdx = -1
-		err := large(b, br)
-		putBuf(br.own)
-		if err != nil {
-			return err
+		rd := r.openBlob(r.entry(b.entries[0]))
+		rd.private = true
+		rd.ownIdx = -1
+		err := br.large(b, rd)
+		putBuf(rd.own)
+		if err == nil {
+			br.report(b.size)
 		}
-		if progress != nil {
-			progress(b.size)
-		}
-		return nil
+		return err
 	}
-	defer fut.release(j.seg)
-	data, err := fut.get(j.seg)
+	data, err := r.segment(j.seg, getBuf(r.segRaw(j.seg)))
 	if err != nil {
 		return err
 	}
-	var nextData []byte
-	if j.spill {
-		defer fut.release(j.seg + 1)
-		if nextData, err = fut.get(j.seg + 1); err != nil {
-			return err
-		}
-	}
+	br.segs.data[j.seg] = data
 	base := int64(j.seg) * r.ix.segSize
 	var done int64
 	for _, b := range j.small {
-		start, end := b.off-base, b.off-base+b.size
-		var bytes []byte
-		if end <= int64(len(data)) {
-			bytes = data[start:end]
-		} else {
-			*spill = append(append((*spill)[:0], data[start:]...), nextData[:end-int64(len(data))]...)
-			bytes = *spill
-		}
-		if err := small(b, bytes); err != nil {
-			return err
+		if err := br.small(b, data[b.off-base:b.off-base+b.size]); err != nil {
+			return err // the run stops; the garbage collector takes the buffers
 		}
 		done += b.size
 	}
-	if progress != nil {
-		progress(done)
+	br.report(done)
+	// Boundaries on both sides: the second of their two jobs to get here
+	// handles them. The atomic counter orders the other job's store of its
+	// segment before this load.
+	for _, k := range []int{j.seg - 1, j.seg} {
+		if k < 0 || k >= len(br.bounds) || len(br.bounds[k].blobs) == 0 || br.bounds[k].pending.Add(-1) != 0 {
+			continue
+		}
+		if err := br.boundary(k, spill); err != nil {
+			return err
+		}
 	}
+	br.segs.release(j.seg)
+	return nil
+}
+
+// boundary handles the blobs crossing from segment k into k+1.
+func (br *blobRun) boundary(k int, spill *[]byte) error {
+	defer br.segs.release(k)
+	defer br.segs.release(k + 1)
+	a, b := br.segs.data[k], br.segs.data[k+1]
+	base := int64(k) * br.r.ix.segSize
+	var done int64
+	for _, bl := range br.bounds[k].blobs {
+		start := bl.off - base
+		rest := bl.size - (int64(len(a)) - start)
+		*spill = append(append((*spill)[:0], a[start:]...), b[:rest]...)
+		if err := br.small(bl, *spill); err != nil {
+			return err
+		}
+		done += bl.size
+	}
+	br.report(done)
 	return nil
 }
 
@@ -220,10 +253,15 @@ func (r *Reader) Verify(ctx context.Context, jobs int) error {
 
 // VerifyProgress is Verify reporting the bytes of content checked so far.
 func (r *Reader) VerifyProgress(ctx context.Context, jobs int, progress func(n int64)) error {
-	if err := r.VerifyFileDigest(); err != nil {
-		return err
-	}
-	return r.forEachBlob(ctx, jobs, r.checkBlob,
+	// The whole-file digest is computed beside the content checks; its
+	// error, if any, comes first (it names the likelier cause).
+	fileErr := make(chan error, 1)
+	go func() { fileErr <- r.VerifyFileDigest() }()
+	err := r.forEachBlob(ctx, jobs, r.checkBlob,
 		func(_ *blob, rd io.Reader) error { _, err := io.Copy(io.Discard, rd); return err },
 		progress)
+	if ferr := <-fileErr; ferr != nil {
+		return ferr
+	}
+	return err
 }

@@ -219,7 +219,7 @@ func (r *Reader) errorf(e error) error { return inFile(e, r.name) }
 // with the trailer's.
 func (r *Reader) VerifyFileDigest() error {
 	h := newHasher()
-	if _, err := io.Copy(h, io.NewSectionReader(r.r, 0, r.size-16)); err != nil {
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(r.r, 0, r.size-16), make([]byte, 1<<20)); err != nil {
 		return err
 	}
 	if hasherDigest(h) != r.fileDig {
