@@ -23,6 +23,11 @@ type NodeOptions struct {
 	// extraction, such as a preset's path relocation; its error fails
 	// the load like an extraction error.
 	After func(dest string, r *bundle.Reader) error
+	// RanksPerNode, when above 0, makes every RanksPerNode consecutive
+	// ranks one "node" instead of splitting by shared memory. It exists
+	// to run the multi-node path (leaders, broadcast, agreement) on one
+	// machine in tests; each fake node then needs its own Dest.
+	RanksPerNode int
 }
 
 // NodeResult says what LoadToNodes did. Fields marked "leaders" are set
@@ -58,7 +63,13 @@ func LoadToNodes(world NodeComm, opt NodeOptions, opts ...Option) (*NodeResult, 
 	if opt.Dest == "" {
 		return nil, errors.New("broadcast: no destination directory")
 	}
-	node, err := world.SplitShared()
+	var node NodeComm
+	var err error
+	if opt.RanksPerNode > 0 {
+		node, err = world.Split(world.Rank()/opt.RanksPerNode, world.Rank())
+	} else {
+		node, err = world.SplitShared()
+	}
 	if err != nil {
 		return nil, commErr("split by node", err)
 	}

@@ -207,6 +207,12 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, opts [
 		return l.fail(err.Error(), exitError)
 	}
 	nopt := broadcast.NodeOptions{Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs")}
+	if n, err := ranksPerNode(); err != nil {
+		return l.fail(err.Error(), exitUsage)
+	} else if n > 0 && usingMPI {
+		nopt.RanksPerNode = n
+		nopt.Dest = fmt.Sprintf("%s.node%d", dest, world.Rank()/n)
+	}
 	if len(l.presets) > 0 {
 		nopt.After = func(dest string, r *bundle.Reader) error {
 			origin := r.Meta()[bundle.MetaOrigin]
@@ -371,4 +377,19 @@ func safeName(s string) string {
 		return "_" + string(b)
 	}
 	return string(b)
+}
+
+// ranksPerNode reads the testing knob KBUNDLE_TEST_RANKS_PER_NODE: when
+// set, every N consecutive ranks form one "node" and each node extracts to
+// DEST.node<k>, so the multi-node path runs on one machine.
+func ranksPerNode() (int, error) {
+	v := os.Getenv("KBUNDLE_TEST_RANKS_PER_NODE")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
+	}
+	return n, nil
 }

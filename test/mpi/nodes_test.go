@@ -1,0 +1,123 @@
+package mpitest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/internal/testutil"
+)
+
+// TestLoadCLIFakeNodes runs `kbundle load` with every RPN consecutive
+// ranks grouped as one node (KBUNDLE_TEST_RANKS_PER_NODE), so that on one
+// machine the multi-node path runs for real: several leaders, the bundle
+// broadcast among them in many chunks, one extraction per "node" into
+// DEST.node<k>, and the outcome agreed by all ranks.
+func TestLoadCLIFakeNodes(t *testing.T) {
+	tree := makeTree(t)
+	file := packTree(t, tree)
+	for _, v := range testutil.MPIVariants {
+		for _, c := range []struct{ np, rpn int }{{2, 1}, {4, 1}, {4, 2}} {
+			nodes := c.np / c.rpn
+			t.Run(fmt.Sprintf("%s/np%d/%d-nodes", v, c.np, nodes), func(t *testing.T) {
+				kb := testutil.Kbundle(t, v)
+				dest := filepath.Join(t.TempDir(), "dest")
+				env := []string{"KBUNDLE_BCAST_CHUNK=4096", fmt.Sprintf("KBUNDLE_TEST_RANKS_PER_NODE=%d", c.rpn)}
+				stdout, stderr, code := testutil.RunMPI(t, v, c.np, env, kb, "load", "--bundle", file, "--to", dest)
+				if code != 0 {
+					t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+				}
+				if want := fmt.Sprintf(" on %d nodes", nodes); !strings.Contains(stderr, want) {
+					t.Errorf("summary lacks %q\nstderr:\n%s", want, stderr)
+				}
+				if n := strings.Count(stderr, "kbundle: loaded "); n != 1 {
+					t.Errorf("%d summaries\nstderr:\n%s", n, stderr)
+				}
+				for k := range nodes {
+					sameTrees(t, tree, fmt.Sprintf("%s.node%d", dest, k))
+				}
+				if _, err := os.Lstat(dest); err == nil {
+					t.Errorf("%s exists: fake nodes must use DEST.node<k>", dest)
+				}
+			})
+		}
+	}
+}
+
+// TestLoadCLIFakeNodesFailures: a failure on one leader, or a bundle rank
+// 0 cannot use, gives every rank of every node the same status and the
+// reason once; no node is left with a half-extracted tree.
+func TestLoadCLIFakeNodesFailures(t *testing.T) {
+	tree := makeTree(t)
+	const np = 4
+	for _, v := range testutil.MPIVariants {
+		t.Run(fmt.Sprintf("%s/node2-dest-not-empty", v), func(t *testing.T) {
+			kb := testutil.Kbundle(t, v)
+			file := packTree(t, tree)
+			dest := filepath.Join(t.TempDir(), "dest")
+			busy := dest + ".node2"
+			if err := os.MkdirAll(busy, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(busy, "old"), []byte("old"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			wrap, codes := rankWrapper(t)
+			env := append([]string{"KBUNDLE_TEST_RANKS_PER_NODE=1"}, keepGoing...)
+			stdout, stderr, _ := testutil.RunMPI(t, v, np, env, wrap, kb, "load", "--bundle", file, "--to", dest)
+			for r, got := range rankCodes(t, codes, np) {
+				if got != 1 {
+					t.Errorf("rank %d exited %d, want 1\nstderr:\n%s", r, got, stderr)
+				}
+			}
+			if n := strings.Count(stderr, "destination exists and is not empty"); n != 1 {
+				t.Errorf("reason printed %d times\nstderr:\n%s", n, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q on failure", stdout)
+			}
+			if b, err := os.ReadFile(filepath.Join(busy, "old")); err != nil || string(b) != "old" {
+				t.Errorf("node 2's old DEST was touched: %v", err)
+			}
+			// The other nodes extracted atomically: whole trees, no temporary siblings.
+			for _, k := range []int{0, 1, 3} {
+				sameTrees(t, tree, fmt.Sprintf("%s.node%d", dest, k))
+			}
+			ents, _ := os.ReadDir(filepath.Dir(dest))
+			for _, e := range ents {
+				if strings.Contains(e.Name(), "kbundle-tmp") {
+					t.Errorf("temporary directory left: %s", e.Name())
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("%s/bit-flipped", v), func(t *testing.T) {
+			kb := testutil.Kbundle(t, v)
+			file := packTree(t, tree)
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/3] ^= 0x10
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			dest := filepath.Join(t.TempDir(), "dest")
+			wrap, codes := rankWrapper(t)
+			env := append([]string{"KBUNDLE_TEST_RANKS_PER_NODE=1"}, keepGoing...)
+			_, stderr, _ := testutil.RunMPI(t, v, np, env, wrap, kb, "load", "--bundle", file, "--to", dest)
+			for r, got := range rankCodes(t, codes, np) {
+				if got != 3 {
+					t.Errorf("rank %d exited %d, want 3\nstderr:\n%s", r, got, stderr)
+				}
+			}
+			if n := strings.Count(stderr, "checksum mismatch"); n != 1 {
+				t.Errorf("reason printed %d times\nstderr:\n%s", n, stderr)
+			}
+			if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != 0 {
+				t.Errorf("left behind: %v", ents)
+			}
+		})
+	}
+}
