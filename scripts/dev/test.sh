@@ -21,6 +21,16 @@ go vet ./...
 CC=mpicc.openmpi go vet -tags mpi ./...
 CC=mpicc.mpich go vet -tags mpi ./...
 
+echo "== staticcheck"
+# Installed from the module proxy when it can be; when it cannot (no
+# network), say so and go on: it is a linter, not a test.
+if GOBIN=$PWD/bin go install honnef.co/go/tools/cmd/staticcheck@2025.1.1 2>/dev/null; then
+	bin/staticcheck ./...
+	CC=mpicc.openmpi bin/staticcheck -tags mpi ./...
+else
+	echo "kbundle: staticcheck could not be installed from the module proxy; skipped"
+fi
+
 echo "== unit tests (-race)"
 mapfile -t unit < <(go list ./... | grep -v '/test/')
 go test -race -timeout 15m "${unit[@]}"
