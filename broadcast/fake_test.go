@@ -122,6 +122,8 @@ func (c *fakeComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 				acc = max(acc, y)
 			case mpi.Sum:
 				acc += y
+			case mpi.Bor:
+				acc |= y
 			}
 		}
 		res := make([]any, len(in))

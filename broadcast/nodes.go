@@ -28,6 +28,12 @@ type NodeOptions struct {
 	// to run the multi-node path (leaders, broadcast, agreement) on one
 	// machine in tests; each fake node then needs its own Dest.
 	RanksPerNode int
+	// BorrowNodeCPUs lets each leader extract on the CPUs of all its
+	// node's ranks (the union of their affinity masks), which wait idle
+	// meanwhile: a launcher that binds each rank to one core would
+	// otherwise leave the leader one core. It changes the process's thread
+	// affinity and GOMAXPROCS during the extraction and restores them.
+	BorrowNodeCPUs bool
 }
 
 // NodeResult says what LoadToNodes did. Fields marked "leaders" are set
@@ -90,6 +96,14 @@ func LoadToNodes(world NodeComm, opt NodeOptions, opts ...Option) (*NodeResult, 
 	}
 	res.Nodes = int(nodes)
 
+	borrow := func() (restore func()) { return func() {} }
+	if opt.BorrowNodeCPUs {
+		set, err := nodeCPUs(node)
+		if err != nil {
+			return nil, commErr("node CPUs", err)
+		}
+		borrow = func() func() { return borrowCPUs(set) }
+	}
 	var local error
 	var took time.Duration
 	if res.Leader {
@@ -105,7 +119,9 @@ func LoadToNodes(world NodeComm, opt NodeOptions, opts ...Option) (*NodeResult, 
 		if local == nil {
 			t := time.Now()
 			res.Reader = r
+			restore := borrow()
 			res.Extract, local = r.Extract(opt.Dest, &bundle.ExtractOptions{Force: opt.Force, Jobs: opt.Jobs})
+			restore()
 			if local == nil && opt.After != nil {
 				if err := opt.After(res.Extract.Dest, r); err != nil {
 					local = fmt.Errorf("after extracting to %s: %w", res.Extract.Dest, err)

@@ -148,6 +148,7 @@ int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op) {
 	case 0: o = MPI_MIN; break;
 	case 1: o = MPI_MAX; break;
 	case 2: o = MPI_SUM; break;
+	case 3: o = MPI_BOR; break;
 	default: return MPI_ERR_OP;
 	}
 	return MPI_Allreduce(&in, out, 1, MPI_INT64_T, o, c);

@@ -22,6 +22,7 @@ const (
 	Min Op = iota
 	Max
 	Sum
+	Bor // bitwise or
 )
 
 func (o Op) String() string {
@@ -32,6 +33,8 @@ func (o Op) String() string {
 		return "max"
 	case Sum:
 		return "sum"
+	case Bor:
+		return "bor"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -74,7 +77,7 @@ func checkRoot(call string, root, size int) error {
 }
 
 func checkOp(op Op) error {
-	if op < Min || op > Sum {
+	if op < Min || op > Bor {
 		return fmt.Errorf("mpi: allreduce: unknown operation %d: %w", int(op), ErrRange)
 	}
 	return nil

@@ -206,7 +206,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, opts [
 	if err != nil {
 		return l.fail(err.Error(), exitError)
 	}
-	nopt := broadcast.NodeOptions{Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs")}
+	nopt := broadcast.NodeOptions{Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs"), BorrowNodeCPUs: true}
 	if n, err := ranksPerNode(); err != nil {
 		return l.fail(err.Error(), exitUsage)
 	} else if n > 0 && usingMPI {

@@ -113,6 +113,9 @@ func main() {
 			failf("allreduce %v = %d, want %d", c.op, got, c.want)
 		}
 	}
+	if got, err := w.AllreduceInt64(1<<rank, mpi.Bor); err != nil || got != 1<<n-1 {
+		failf("allreduce bor = %d, %v; want %d", got, err, int64(1<<n-1))
+	}
 
 	// Shared-memory split: one node here, so the same ranks as the world.
 	node, err := w.SplitShared()

@@ -1,0 +1,67 @@
+//go:build linux
+
+package broadcast
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+
+	"github.com/kbundle/kbundle/mpi"
+	"golang.org/x/sys/unix"
+)
+
+// nodeCPUs returns the union of the CPU affinity masks of node's ranks;
+// it is collective over node. A rank whose mask cannot be read adds none.
+func nodeCPUs(node NodeComm) (unix.CPUSet, error) {
+	var mine, all unix.CPUSet
+	_ = unix.SchedGetaffinity(0, &mine)
+	const bits = 64 // unix.CPUSet's words
+	for i := range mine {
+		v, err := node.AllreduceInt64(int64(mine[i]), mpi.Bor)
+		if err != nil {
+			return all, err
+		}
+		for b := range bits {
+			if uint64(v)>>b&1 == 1 {
+				all.Set(i*bits + b)
+			}
+		}
+	}
+	return all, nil
+}
+
+// borrowCPUs lets this process run on every CPU of set (the CPUs of its
+// node's ranks, which wait idle while the leader extracts): every thread's
+// affinity is widened and GOMAXPROCS raised to match. It returns a
+// function that puts both back. When set adds nothing, it does nothing.
+func borrowCPUs(set unix.CPUSet) (restore func()) {
+	var mine unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil || set.Count() <= mine.Count() {
+		return func() {}
+	}
+	prev := runtime.GOMAXPROCS(0)
+	setAll(&set)
+	if n := set.Count(); n > prev {
+		runtime.GOMAXPROCS(n)
+	}
+	return func() {
+		setAll(&mine)
+		runtime.GOMAXPROCS(prev)
+	}
+}
+
+// setAll applies set to every thread of the process (affinity is per
+// thread on Linux; threads made later inherit their creator's).
+func setAll(set *unix.CPUSet) {
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		_ = unix.SchedSetaffinity(0, set)
+		return
+	}
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil {
+			_ = unix.SchedSetaffinity(tid, set)
+		}
+	}
+}
