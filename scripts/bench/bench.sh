@@ -7,7 +7,8 @@
 # on a synthetic Triton-like cache (14,000 files, ~500 MB) and on a real
 # Numba cache, then the MPI load benchmark (scripts/bench/load.sh).
 # Each figure is the median of KBUNDLE_BENCH_RUNS runs (default 3). Results
-# go to stdout and out/bench/results.md.
+# go to stdout and out/bench/results.md. KBUNDLE_BENCH_LOCAL is the node-local
+# folder for the MPI load benchmark (default /dev/shm).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -40,6 +41,7 @@ median() {
 }
 ratio() { echo "scale=3; $1 / $2" | bc -l; }
 size() { stat -c %s "$1"; }
+kb_() { echo $((($1 + 500) / 1000)); } # bytes to kB
 row() { printf '| %s | %s | %s | %s |\n' "$@" | tee -a "$results"; }
 
 bench_tree() { # name dir
@@ -47,7 +49,7 @@ bench_tree() { # name dir
 	raw=$(du -sb "$dir" | cut -f1)
 	files=$(find "$dir" -type f | wc -l)
 	echo | tee -a "$results"
-	echo "### $name: $files files, $((raw / 1000000)) MB" | tee -a "$results"
+	echo "### $name: $files files, $(kb_ "$raw") kB" | tee -a "$results"
 	echo | tee -a "$results"
 	row "measure" "kbundle" "baseline" "kbundle / baseline"
 	row "---" "---" "---" "---"
@@ -55,7 +57,7 @@ bench_tree() { # name dir
 	tp=$(median "$kb" pack --dir "$dir" -o "$kbf")
 	bp=$(median tar -C "$dir" -I 'zstd -T0 -3' -cf "$tzf" .)
 	row "pack time (s), vs tar+zstd -3" "$tp" "$bp" "$(ratio "$tp" "$bp")"
-	row "packed size (MB), vs tar+zstd -3" "$(($(size "$kbf") / 1000000))" "$(($(size "$tzf") / 1000000))" "$(ratio "$(size "$kbf")" "$(size "$tzf")")"
+	row "packed size (kB), vs tar+zstd -3" "$(kb_ "$(size "$kbf")")" "$(kb_ "$(size "$tzf")")" "$(ratio "$(size "$kbf")" "$(size "$tzf")")"
 	SETUP="rm -rf $shm; mkdir -p $shm"
 	te=$(median "$kb" extract "$kbf" "$shm/x")
 	be=$(median sh -c "zstd -d -T0 -c '$tzf' | tar -x -C '$shm'")
@@ -87,7 +89,9 @@ bench_tree real-numba "$nb/cache"
 
 if [ -x scripts/bench/load.sh ]; then
 	echo | tee -a "$results"
-	scripts/bench/load.sh "$syn" "$work/synthetic-triton.kbundle" | tee -a "$results"
+	# Node-local DEST in memory (as on nodes whose /tmp is tmpfs), so that
+	# the figures measure kbundle and MPI rather than this VM's disk.
+	TMPDIR=${KBUNDLE_BENCH_LOCAL:-/dev/shm} scripts/bench/load.sh "$syn" "$work/synthetic-triton.kbundle" | tee -a "$results"
 fi
 echo
 echo "kbundle: results in $results" >&2
