@@ -117,11 +117,7 @@ func TestLoadFailures(t *testing.T) {
 func checkFailure(t *testing.T, c failCase, np int, codes, dest, stdout, stderr string, code int) {
 	t.Helper()
 	_ = code // with keepGoing, Open MPI's mpirun exits 0; the ranks' own statuses count
-	for r, got := range rankCodes(t, codes, np) {
-		if got != c.code {
-			t.Errorf("rank %d exited %d, want %d\nstderr:\n%s", r, got, c.code, stderr)
-		}
-	}
+	wantExits(t, codes, np, c.code, stderr)
 	if n := strings.Count(stderr, c.reason); n != 1 {
 		t.Errorf("reason %q printed %d times\nstderr:\n%s", c.reason, n, stderr)
 	}

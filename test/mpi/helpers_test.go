@@ -176,6 +176,17 @@ func rankCodes(t *testing.T, dir string, np int) []int {
 	return codes
 }
 
+// wantExits fails unless every one of np ranks recorded (rankWrapper) the
+// exit status want.
+func wantExits(t *testing.T, dir string, np, want int, stderr string) {
+	t.Helper()
+	for r, got := range rankCodes(t, dir, np) {
+		if got != want {
+			t.Errorf("rank %d exited %d, want %d\nstderr:\n%s", r, got, want, stderr)
+		}
+	}
+}
+
 // variants lists the builds to test with their rank counts.
 func variantsNP() []struct {
 	v  testutil.Variant

@@ -67,11 +67,7 @@ func TestLoadCLIFakeNodesFailures(t *testing.T) {
 			wrap, codes := rankWrapper(t)
 			env := append([]string{"KBUNDLE_TEST_RANKS_PER_NODE=1"}, keepGoing...)
 			stdout, stderr, _ := testutil.RunMPI(t, v, np, env, wrap, kb, "load", "--bundle", file, "--to", dest)
-			for r, got := range rankCodes(t, codes, np) {
-				if got != 1 {
-					t.Errorf("rank %d exited %d, want 1\nstderr:\n%s", r, got, stderr)
-				}
-			}
+			wantExits(t, codes, np, 1, stderr)
 			if n := strings.Count(stderr, "destination exists and is not empty"); n != 1 {
 				t.Errorf("reason printed %d times\nstderr:\n%s", n, stderr)
 			}
@@ -107,11 +103,7 @@ func TestLoadCLIFakeNodesFailures(t *testing.T) {
 			wrap, codes := rankWrapper(t)
 			env := append([]string{"KBUNDLE_TEST_RANKS_PER_NODE=1"}, keepGoing...)
 			_, stderr, _ := testutil.RunMPI(t, v, np, env, wrap, kb, "load", "--bundle", file, "--to", dest)
-			for r, got := range rankCodes(t, codes, np) {
-				if got != 3 {
-					t.Errorf("rank %d exited %d, want 3\nstderr:\n%s", r, got, stderr)
-				}
-			}
+			wantExits(t, codes, np, 3, stderr)
 			if n := strings.Count(stderr, "checksum mismatch"); n != 1 {
 				t.Errorf("reason printed %d times\nstderr:\n%s", n, stderr)
 			}

@@ -51,17 +51,24 @@ func taskStatuses(t *testing.T, dir string, np int) []int {
 	return st
 }
 
+// packedCache makes a test cache in a temporary folder and packs it there.
+func packedCache(t *testing.T) (base, src, bundle string) {
+	t.Helper()
+	base = t.TempDir()
+	src = filepath.Join(base, "cache")
+	makeCache(t, src)
+	bundle = filepath.Join(base, "cache.kbundle")
+	pack(t, testutil.Kbundle(t, testutil.NoMPI), src, bundle)
+	return base, src, bundle
+}
+
 // TestLoadUnderSrun loads a bundle with `srun --mpi=pmix` (Open MPI build)
 // and `srun --mpi=pmi2` (MPICH build), 2 and 4 tasks on the one node
 // (overcommitted): every task exits 0 and DEST holds the cache; then a
 // missing and a damaged bundle: every task exits 3.
 func TestLoadUnderSrun(t *testing.T) {
 	needSlurm(t)
-	base := t.TempDir()
-	src := filepath.Join(base, "cache")
-	makeCache(t, src)
-	bundle := filepath.Join(base, "cache.kbundle")
-	pack(t, testutil.Kbundle(t, testutil.NoMPI), src, bundle)
+	base, src, bundle := packedCache(t)
 	damaged := filepath.Join(base, "damaged.kbundle")
 	damage(t, bundle, damaged)
 
@@ -128,11 +135,7 @@ func TestLoadUnderSrun(t *testing.T) {
 // mismatch between the environment and MPI_COMM_WORLD.
 func TestLoadMismatchedPMI(t *testing.T) {
 	needSlurm(t)
-	base := t.TempDir()
-	src := filepath.Join(base, "cache")
-	makeCache(t, src)
-	bundle := filepath.Join(base, "cache.kbundle")
-	pack(t, testutil.Kbundle(t, testutil.NoMPI), src, bundle)
+	_, _, bundle := packedCache(t)
 	for _, c := range []struct {
 		v        testutil.Variant
 		mpi      string
