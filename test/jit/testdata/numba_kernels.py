@@ -17,6 +17,14 @@ from numba import njit
 NFUNCS = 12
 
 
+
+def emit(obj):
+    """Print one JSON result line in ONE write: with PYTHONUNBUFFERED,
+    print() writes the text and the newline separately, and mpirun may
+    then interleave another rank's line between them."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
 def _rank():
     for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
         if name in os.environ:
@@ -70,11 +78,10 @@ def main():
         misses += m
         if m:
             missed.append(f.__name__)
-    print(json.dumps({"rank": _rank(), "functions": len(FUNCS),
+    emit({"rank": _rank(), "functions": len(FUNCS),
                       "overloads": len(FUNCS) * len(ARGS),
                       "hits": hits, "misses": misses, "missed": missed,
-                      "cache_dir": os.environ.get("NUMBA_CACHE_DIR", "")}),
-          flush=True)
+                      "cache_dir": os.environ.get("NUMBA_CACHE_DIR", "")})
     return 0
 
 

@@ -32,6 +32,14 @@ class Counter(logging.Handler):
             self.misses += 1
 
 
+
+def emit(obj):
+    """Print one JSON result line in ONE write: with PYTHONUNBUFFERED,
+    print() writes the text and the newline separately, and mpirun may
+    then interleave another rank's line between them."""
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
 def _rank():
     for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
         if name in os.environ:
@@ -57,7 +65,7 @@ def main():
 
     platforms = [p for p in cl.get_platforms() if "Portable Computing Language" in p.name or "pocl" in p.name.lower()]
     if not platforms:
-        print(json.dumps({"rank": _rank(), "error": "no pocl platform"}), flush=True)
+        emit({"rank": _rank(), "error": "no pocl platform"})
         return 3
     ctx = cl.Context(platforms[0].get_devices())
     queue = cl.CommandQueue(ctx)
@@ -77,10 +85,9 @@ def main():
         cl.enqueue_copy(queue, out, out_buf)
         if not np.allclose(out, a * (i + 2) + i):
             wrong.append(i)
-    print(json.dumps({"rank": _rank(), "programs": NPROGS,
+    emit({"rank": _rank(), "programs": NPROGS,
                       "hits": counter.hits, "misses": counter.misses,
-                      "built_from_source": built_from_source, "wrong": wrong}),
-          flush=True)
+                      "built_from_source": built_from_source, "wrong": wrong})
     return 1 if wrong else 0
 
 
