@@ -44,6 +44,11 @@ type options struct {
 	path, dir string
 	chunk     int64
 	stats     *Stats
+	// spool, when set (LoadToNodes), is a node-local directory where a
+	// receiving rank writes the bundle as it arrives instead of holding
+	// it in memory; cleanup then closes and removes that file.
+	spool   string
+	cleanup func()
 }
 
 // An Option changes what LoadBundle does. Options only matter on rank 0
@@ -171,19 +176,33 @@ func load(comm Comm, o *options) (*bundle.Reader, []byte, error) {
 		return nil, nil, head.err()
 	}
 
-	// The bytes, in chunks of rank 0's choosing.
+	// The bytes, in chunks of rank 0's choosing: into memory, or through
+	// one chunk buffer into a node-local spool file.
+	var sp *spool
 	if rank != 0 {
-		if head.size > math.MaxInt {
-			return nil, nil, fmt.Errorf("%w: bundle of %d bytes does not fit in memory", ErrStatus, head.size)
+		if o.spool != "" {
+			sp = newSpool(o.spool, head.chunk)
+			o.cleanup = sp.remove
+		} else {
+			if head.size > math.MaxInt {
+				return nil, nil, fmt.Errorf("%w: bundle of %d bytes does not fit in memory", ErrStatus, head.size)
+			}
+			data = make([]byte, head.size)
 		}
-		data = make([]byte, head.size)
 	}
 	st.Size = head.size
 	for off := int64(0); off < head.size; off += head.chunk {
 		end := min(off+head.chunk, head.size)
-		if err := comm.Bcast(data[off:end], 0); err != nil {
+		var b []byte
+		if sp != nil {
+			b = sp.buf[:end-off]
+		} else {
+			b = data[off:end]
+		}
+		if err := comm.Bcast(b, 0); err != nil {
 			return nil, nil, commErr(fmt.Sprintf("bundle broadcast at byte %d", off), err)
 		}
+		sp.write(b)
 		st.Chunks++
 	}
 	st.Bcast = time.Since(t)
@@ -191,7 +210,10 @@ func load(comm Comm, o *options) (*bundle.Reader, []byte, error) {
 
 	// Every receiver checks its copy; then all agree.
 	var local error
-	if rank != 0 {
+	switch {
+	case sp != nil:
+		r, local = sp.reader(head.size, head.digest)
+	case rank != 0:
 		r, local = receivedReader(data, head.digest)
 	}
 	fail, err := agree(comm, local)
@@ -230,6 +252,12 @@ func readRoot(o *options, data *[]byte, r **bundle.Reader) *status {
 // receivedReader checks bytes received from rank 0.
 func receivedReader(data []byte, want bundle.Digest) (*bundle.Reader, error) {
 	r, err := bundle.NewReaderBytes(data)
+	return checkReceived(r, err, want)
+}
+
+// checkReceived checks a reader over what was received from rank 0: its
+// whole-file digest, and that it is the digest rank 0 announced.
+func checkReceived(r *bundle.Reader, err error, want bundle.Digest) (*bundle.Reader, error) {
 	if err == nil {
 		err = r.VerifyFileDigest()
 	}

@@ -3,6 +3,8 @@ package broadcast
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -41,7 +43,7 @@ type NodeOptions struct {
 type NodeResult struct {
 	Leader  bool                  // this rank extracted for its node
 	Nodes   int                   // number of nodes (leaders)
-	Reader  *bundle.Reader        // leaders: the bundle
+	Reader  *bundle.Reader        // leaders: the bundle (index and metadata; on leaders other than rank 0 its content was spooled and is gone once LoadToNodes returns)
 	Extract *bundle.ExtractResult // leaders: what Extract did
 	Stats   Stats                 // leaders: LoadBundle's timings on this rank
 	// ExtractTime is the longest extraction (and After) over all leaders.
@@ -111,6 +113,16 @@ func LoadToNodes(world NodeComm, opt NodeOptions, opts ...Option) (*NodeResult, 
 		for _, f := range opts {
 			f(&o)
 		}
+		// Receiving leaders spool the bundle beside Dest (node-local)
+		// rather than hold it in memory, when that folder exists.
+		if fi, err := os.Stat(filepath.Dir(opt.Dest)); err == nil && fi.IsDir() {
+			o.spool = filepath.Dir(opt.Dest)
+		}
+		defer func() {
+			if o.cleanup != nil {
+				o.cleanup()
+			}
+		}()
 		var r *bundle.Reader
 		r, _, local = load(group, &o)
 		if local != nil && errors.Is(local, ErrComm) {

@@ -41,6 +41,11 @@ func TestLoadCLIFakeNodes(t *testing.T) {
 				if _, err := os.Lstat(dest); err == nil {
 					t.Errorf("%s exists: fake nodes must use DEST.node<k>", dest)
 				}
+				// Leaders other than rank 0 spooled the bundle beside DEST
+				// and removed it: only the DEST.node<k> trees remain.
+				if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != nodes {
+					t.Errorf("beside DEST: %v, want only the %d node trees", ents, nodes)
+				}
 			})
 		}
 	}
@@ -83,7 +88,7 @@ func TestLoadCLIFakeNodesFailures(t *testing.T) {
 			}
 			ents, _ := os.ReadDir(filepath.Dir(dest))
 			for _, e := range ents {
-				if strings.Contains(e.Name(), "kbundle-tmp") {
+				if strings.Contains(e.Name(), "kbundle-tmp") || strings.Contains(e.Name(), "kbundle-spool") {
 					t.Errorf("temporary directory left: %s", e.Name())
 				}
 			}
