@@ -22,17 +22,17 @@ const (
 	trailerSize = 56
 
 	// Limits, checked before any allocation.
-	MaxIndexLen       = 1 << 30
-	MaxEntries        = 1 << 22
-	MaxNameLen        = 4096
-	MaxComponentLen   = 255
-	MaxMeta           = 256
-	MaxMetaKeyLen     = 128
-	MaxMetaValueLen   = 1 << 16
-	MinSegmentSize    = 64 << 10
-	MaxSegmentSize    = 64 << 20
-	MaxDataLen        = 1 << 44
-	DefaultSegmentSiz = 8 << 20
+	MaxIndexLen        = 1 << 30
+	MaxEntries         = 1 << 22
+	MaxNameLen         = 4096
+	MaxComponentLen    = 255
+	MaxMeta            = 256
+	MaxMetaKeyLen      = 128
+	MaxMetaValueLen    = 1 << 16
+	MinSegmentSize     = 64 << 10
+	MaxSegmentSize     = 64 << 20
+	MaxDataLen         = 1 << 44
+	DefaultSegmentSize = 8 << 20 // raw bytes per segment when none is given
 
 	kindDir  = 1
 	kindFile = 2

@@ -9,8 +9,11 @@ import (
 	"os"
 	"path"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/zeebo/xxh3"
 )
 
 // A Reader reads a bundle from an io.ReaderAt. It is safe for concurrent
@@ -162,21 +165,11 @@ func parse(ra io.ReaderAt, size int64) (*Reader, error) {
 	}
 	for _, c := range r.children {
 		slices.SortFunc(c, func(a, b int) int {
-			return compareStrings(path.Base(ix.entries[a].Name), path.Base(ix.entries[b].Name))
+			return strings.Compare(path.Base(ix.entries[a].Name), path.Base(ix.entries[b].Name))
 		})
 	}
 	r.cache[0].i, r.cache[1].i = -1, -1
 	return r, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Entries returns the entries sorted by name. The slice must not be changed.
@@ -273,8 +266,7 @@ type blobReader struct {
 	e       *Entry
 	pos     int64 // bytes of the blob already returned
 	buf     []byte
-	h       interface{ Write([]byte) (int, error) }
-	hasher  func() Digest
+	h       *xxh3.Hasher
 	checked bool
 	err     error
 
@@ -284,8 +276,7 @@ type blobReader struct {
 }
 
 func (r *Reader) openBlob(e *Entry) *blobReader {
-	h := newHasher()
-	return &blobReader{r: r, e: e, h: h, hasher: func() Digest { return hasherDigest(h) }}
+	return &blobReader{r: r, e: e, h: newHasher()}
 }
 
 func (b *blobReader) Read(p []byte) (int, error) {
@@ -295,7 +286,7 @@ func (b *blobReader) Read(p []byte) (int, error) {
 	if b.pos == b.e.Size {
 		if !b.checked {
 			b.checked = true
-			if b.hasher() != b.e.Digest {
+			if hasherDigest(b.h) != b.e.Digest {
 				b.err = b.r.errorf(&Error{Entry: b.e.Name, Err: ErrChecksum, Msg: "content does not match its digest"})
 				return 0, b.err
 			}

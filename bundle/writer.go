@@ -10,6 +10,7 @@ import (
 	"path"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -22,9 +23,6 @@ type WriterOptions struct {
 	Jobs        int   // compression workers; 0 means GOMAXPROCS
 	SegmentSize int64 // raw bytes per segment; 0 means DefaultSegmentSize
 }
-
-// DefaultSegmentSize is the segment size used when none is given.
-const DefaultSegmentSize = DefaultSegmentSiz
 
 // ErrClosed is returned by a Writer used after Close.
 var ErrClosed = errors.New("bundle writer closed")
@@ -314,12 +312,7 @@ func (w *Writer) Close() error {
 		}
 		ix.entries = append(ix.entries, *e)
 	}
-	slices.SortFunc(ix.entries, func(a, b Entry) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(ix.entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	if err := w.out.Flush(); err != nil {
 		return w.fail(err)
 	}
