@@ -1,8 +1,10 @@
 package broadcast
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -238,7 +240,7 @@ func readRoot(o *options, data *[]byte, r **bundle.Reader) *status {
 		return failure(fmt.Errorf("%w: %w", ErrNoBundle, err), 0, 1)
 	}
 	o.stats.Path = path
-	b, err := bundle.ReadFile(path)
+	b, err := readFile(path)
 	if err == nil {
 		*r, err = bundle.NewReaderBytes(b)
 	}
@@ -259,7 +261,7 @@ func receivedReader(data []byte, want bundle.Digest) (*bundle.Reader, error) {
 // whole-file digest, and that it is the digest rank 0 announced.
 func checkReceived(r *bundle.Reader, err error, want bundle.Digest) (*bundle.Reader, error) {
 	if err == nil {
-		err = r.VerifyFileDigest()
+		err = r.Verify(context.Background(), nil)
 	}
 	if err == nil && r.FileDigest() != want {
 		err = fmt.Errorf("%w: digest %s, rank 0 sent %s", bundle.ErrChecksum, r.FileDigest(), want)
@@ -316,4 +318,22 @@ func agree(comm Comm, local error) (*Error, error) {
 		return nil, fmt.Errorf("%w: agreement: failing rank %d sent success", ErrStatus, first)
 	}
 	return s.err().(*Error), nil
+}
+
+// readFile reads the bundle at path as the loader does: one trusted open,
+// one sequential read, and the whole-file digest checked.
+func readFile(path string) ([]byte, error) {
+	rc, err := bundle.Open(path, &bundle.OpenOptions{Trusted: true})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b := make([]byte, rc.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(rc.ReaderAt(), 0, rc.Size()), b); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := rc.Verify(context.Background(), nil); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

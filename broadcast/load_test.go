@@ -2,6 +2,7 @@ package broadcast
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -48,7 +49,7 @@ func testBundle(t *testing.T) (tree, file string) {
 	if err := os.Mkdir(filepath.Dir(out), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bundle.Pack(tree, out, nil); err != nil {
+	if _, err := bundle.Pack(context.Background(), tree, out, nil); err != nil {
 		t.Fatal(err)
 	}
 	return tree, out
@@ -314,7 +315,7 @@ func TestLoadToNodes(t *testing.T) {
 		t.Errorf("After ran %d times, want 2", afterCalls.n)
 	}
 	for _, n := range []string{"0", "1"} {
-		rc, err := bundle.Open(file)
+		rc, err := bundle.Open(file, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

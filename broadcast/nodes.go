@@ -1,6 +1,7 @@
 package broadcast
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -132,7 +133,7 @@ func LoadToNodes(world NodeComm, opt NodeOptions, opts ...Option) (*NodeResult, 
 			t := time.Now()
 			res.Reader = r
 			restore := borrow()
-			res.Extract, local = r.Extract(opt.Dest, &bundle.ExtractOptions{Force: opt.Force, Jobs: opt.Jobs})
+			res.Extract, local = r.Extract(context.Background(), opt.Dest, &bundle.ExtractOptions{Force: opt.Force, Jobs: opt.Jobs})
 			restore()
 			if local == nil && opt.After != nil {
 				if err := opt.After(res.Extract.Dest, r); err != nil {
