@@ -126,28 +126,31 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 		}
 	}
 	run := &blobRun{r: r, segs: segs, bounds: bounds, small: small, large: large, progress: progress}
-	next := make(chan job)
+	lw := newLowWater(r, jobs)
+	next := make(chan int)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var spill []byte
-			for j := range next {
-				if ctx.Err() != nil {
-					continue
+			for k := range next {
+				if ctx.Err() == nil {
+					if err := run.do(jobs[k], &spill, lw.mover(k)); err != nil {
+						cancel(err)
+					}
 				}
-				if err := run.do(j, &spill); err != nil {
-					cancel(err)
-				}
+				lw.finish(k)
 			}
 		}()
 	}
 feed:
-	for _, j := range jobs {
+	for k := range jobs {
+		lw.start(k)
 		select {
-		case next <- j:
+		case next <- k:
 		case <-ctx.Done():
+			lw.finish(k)
 			break feed
 		}
 	}
@@ -157,6 +160,92 @@ feed:
 		return err
 	}
 	return ctx.Err()
+}
+
+// releaser is the io.ReaderAt of a Stream: it can drop the bytes that no
+// job will read any more.
+type releaser interface{ release(off int64) }
+
+// lowWater tracks, for a Stream, the lowest segment that a job not yet
+// finished may still read, and releases the bytes below it. Jobs are fed
+// in order of their first segment; a large job moves on segment by
+// segment. For other readers it does nothing.
+type lowWater struct {
+	mu       sync.Mutex
+	r        *Reader
+	rel      releaser
+	inflight map[int]int // job → segment it reads next
+	rest     []int       // rest[k]: lowest first segment of jobs[k:]
+	fed      int
+	last     int
+}
+
+func newLowWater(r *Reader, jobs []job) *lowWater {
+	rel, ok := r.r.(releaser)
+	if !ok {
+		return nil
+	}
+	l := &lowWater{r: r, rel: rel, inflight: map[int]int{}, rest: make([]int, len(jobs)+1)}
+	l.rest[len(jobs)] = len(r.ix.packed)
+	for k := len(jobs) - 1; k >= 0; k-- {
+		l.rest[k] = min(l.rest[k+1], r.firstSeg(jobs[k]))
+	}
+	return l
+}
+
+// firstSeg is the first segment job j reads.
+func (r *Reader) firstSeg(j job) int {
+	if j.large != nil {
+		return int(j.large.off / r.ix.segSize)
+	}
+	return j.seg
+}
+
+func (l *lowWater) start(k int) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.inflight[k] = l.rest[k]
+	l.fed = k + 1
+	l.update()
+	l.mu.Unlock()
+}
+
+func (l *lowWater) finish(k int) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	delete(l.inflight, k)
+	l.update()
+	l.mu.Unlock()
+}
+
+// mover returns the function a large job calls before it reads segment
+// seg, or nil.
+func (l *lowWater) mover(k int) func(seg int) {
+	if l == nil {
+		return nil
+	}
+	return func(seg int) {
+		l.mu.Lock()
+		l.inflight[k] = seg
+		l.update()
+		l.mu.Unlock()
+	}
+}
+
+// update releases what lies below every unfinished job; l.mu is held.
+func (l *lowWater) update() {
+	low := l.rest[l.fed]
+	for _, seg := range l.inflight {
+		low = min(low, seg)
+	}
+	if low > l.last {
+		l.last = low
+		l.rel.release(l.r.segOff[low])
+	}
 }
 
 type blobRun struct {
@@ -174,13 +263,14 @@ func (br *blobRun) report(n int64) {
 	}
 }
 
-func (br *blobRun) do(j job, spill *[]byte) error {
+func (br *blobRun) do(j job, spill *[]byte, onSeg func(seg int)) error {
 	r := br.r
 	if j.large != nil {
 		b := j.large
 		rd := r.openBlob(r.entry(b.entries[0]))
 		rd.private = true
 		rd.ownIdx = -1
+		rd.onSeg = onSeg
 		err := br.large(b, rd)
 		putBuf(rd.own)
 		if err == nil {

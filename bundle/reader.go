@@ -339,6 +339,7 @@ type blobReader struct {
 	private bool // decode into own instead of the shared cache
 	own     []byte
 	ownIdx  int
+	onSeg   func(seg int) // when set, called before a private decode of segment seg
 }
 
 func (r *Reader) openBlob(e *Entry) *blobReader {
@@ -370,6 +371,9 @@ func (b *blobReader) Read(p []byte) (int, error) {
 		case b.ownIdx == seg && b.own != nil:
 			data = b.own
 		default:
+			if b.onSeg != nil {
+				b.onSeg(seg)
+			}
 			b.own, err = b.r.segment(seg, b.own)
 			b.ownIdx, data = seg, b.own
 		}
