@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test bench deps clean
+.PHONY: all build demo test bench deps clean python python-lib
 
 all: build
 
@@ -31,5 +31,20 @@ test:
 bench: build
 	scripts/bench/bench.sh
 
+# The Python package (python/, docs/python.md): python-lib builds the
+# c-shared libraries of kbundle's Go code it loads, one per MPI, into
+# python/kbundle/lib/; python then installs the package with the pip of
+# $(PYTHON) (a virtual environment's python; default: the python3 on PATH).
+PYTHON ?= python3
+PYLIB := python/kbundle/lib
+
+python-lib: deps
+	CC=mpicc.openmpi $(GO) build -buildmode=c-shared -tags mpi -o $(PYLIB)/libkbundle-openmpi.so ./cmd/libkbundle
+	CC=mpicc.mpich $(GO) build -buildmode=c-shared -tags mpi -o $(PYLIB)/libkbundle-mpich.so ./cmd/libkbundle
+	rm -f $(PYLIB)/libkbundle-*.h
+
+python: python-lib
+	$(PYTHON) -m pip install ./python
+
 clean:
-	rm -rf $(BIN) out
+	rm -rf $(BIN) out $(PYLIB)/libkbundle-*.so python/build python/*.egg-info

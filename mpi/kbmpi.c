@@ -12,6 +12,10 @@ int kb_success(void) { return MPI_SUCCESS; }
 int kb_undefined(void) { return MPI_UNDEFINED; }
 int kb_error_string_max(void) { return MPI_MAX_ERROR_STRING; }
 int kb_library_version_max(void) { return MPI_MAX_LIBRARY_VERSION_STRING; }
+int kb_thread_single(void) { return MPI_THREAD_SINGLE; }
+int kb_thread_funneled(void) { return MPI_THREAD_FUNNELED; }
+int kb_thread_serialized(void) { return MPI_THREAD_SERIALIZED; }
+int kb_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 
 static int get(int h, MPI_Comm *c) {
 	if (h < 0 || h >= ntab || tab[h] == MPI_COMM_NULL) {
@@ -240,4 +244,61 @@ int kb_library_version(char *buf, int buflen) {
 		buf[n] = '\0';
 	}
 	return rc;
+}
+
+// kb_adopt is kb_init for a library inside a program that initialised MPI
+// itself (Python with mpi4py): it does not initialise MPI nor change
+// MPI_COMM_WORLD's error handler. *flag says whether MPI is initialised
+// (1), not yet (0) or already finalised (2).
+int kb_adopt(int *provided, int *required, int *flag) {
+	int init = 0, fin = 0, rc;
+	*required = MPI_THREAD_SERIALIZED;
+	*provided = MPI_THREAD_SINGLE;
+	*flag = 0;
+	rc = MPI_Finalized(&fin);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	if (fin) {
+		*flag = 2;
+		return MPI_SUCCESS;
+	}
+	rc = MPI_Initialized(&init);
+	if (rc != MPI_SUCCESS || !init) {
+		return rc;
+	}
+	*flag = 1;
+	if (tab == NULL) {
+		tab = malloc(8 * sizeof *tab);
+		if (tab == NULL) {
+			return KB_ERR_NOMEM;
+		}
+		ntab = 8;
+		for (int i = 0; i < ntab; i++) {
+			tab[i] = MPI_COMM_NULL;
+		}
+	}
+	tab[0] = MPI_COMM_WORLD;
+	return MPI_Query_thread(provided);
+}
+
+// kb_dup_f duplicates the communicator whose Fortran handle is f (the
+// caller's stays untouched) and stores the copy, with MPI_ERRORS_RETURN.
+// Collective over that communicator.
+int kb_dup_f(int64_t f, int *newh) {
+	MPI_Comm c = MPI_Comm_f2c((MPI_Fint)f), n = MPI_COMM_NULL;
+	int rc, inter = 0;
+	*newh = -1;
+	if (c == MPI_COMM_NULL) {
+		return MPI_ERR_COMM;
+	}
+	rc = MPI_Comm_test_inter(c, &inter);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	if (inter) {
+		return MPI_ERR_COMM;
+	}
+	rc = MPI_Comm_dup(c, &n);
+	return rc != MPI_SUCCESS ? rc : adopt(n, newh);
 }

@@ -30,5 +30,12 @@ void kb_error_string(int code, char *buf, int buflen, int *klass);
 int kb_error_string_max(void);
 int kb_library_version(char *buf, int buflen);
 int kb_library_version_max(void);
+// Adopting an MPI initialised by the program (kbmpi.c, adopt_cgo.go).
+int kb_adopt(int *provided, int *required, int *flag);
+int kb_dup_f(int64_t f, int *newh);
+int kb_thread_single(void);
+int kb_thread_funneled(void);
+int kb_thread_serialized(void);
+int kb_thread_multiple(void);
 
 #endif

@@ -134,12 +134,17 @@ func Init() error {
 }
 
 // Finalize finalises MPI, freeing every communicator made by Split and
-// SplitShared. It is collective over the world.
+// SplitShared. It is collective over the world. After Adopt it does
+// nothing and returns ErrAdopted.
 func Finalize() error {
 	var err error
 	onThread(func() {
 		if state.Load() != stateInit {
 			err = fmt.Errorf("mpi: MPI_Finalize: %w", ErrNotInitialized)
+			return
+		}
+		if adopted.Load() {
+			err = fmt.Errorf("mpi: MPI_Finalize: %w", ErrAdopted)
 			return
 		}
 		err = mpiError("MPI_Finalize", C.kb_finalize())

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// request is kbundle_load's JSON argument: load_bundle's arguments, and
+// the caller's environment (Go's own copy is taken when the library is
+// loaded, so later changes to os.environ would be missed).
+type request struct {
+	Bundle string `json:"bundle"` // "": $KBUNDLE_CACHE_DIR/cache.kbundle (rank 0's)
+	Dest   string `json:"dest"`   // "": $KBUNDLE_LOCAL_DIR, else load.Dest
+	Force  bool   `json:"force"`  // replace a non-empty destination
+	// Jobs is the number of extraction workers per node; null:
+	// $KBUNDLE_JOBS, else 0 (all cores).
+	Jobs *int `json:"jobs"`
+	// Presets: null: $KBUNDLE_PRESET, else the bundle's recorded presets;
+	// []: none.
+	Presets *[]string `json:"presets"`
+	// Timeout in seconds; null: $KBUNDLE_TIMEOUT (a Go duration), else
+	// 10 minutes; 0: none.
+	Timeout *float64          `json:"timeout"`
+	Environ map[string]string `json:"environ"`
+}
+
+// Result kinds: what the caller does with a failure.
+const (
+	// kindUnusable: the bundle cannot be used (missing, damaged,
+	// untrusted, none configured); the same on every rank.
+	kindUnusable = "unusable"
+	// kindFailed: the load failed on some node (destination exists or is
+	// unwritable, disk full); nothing was installed on any node; the same
+	// on every rank.
+	kindFailed = "failed"
+	// kindUsage: a bad argument or KBUNDLE_ variable; the same on every
+	// rank.
+	kindUsage = "usage"
+	// kindMPI: MPI or the communicator cannot be used here (MPI not
+	// initialised or with too low a thread level, a communication
+	// failure); local to this rank.
+	kindMPI = "mpi"
+)
+
+// result is kbundle_load's JSON answer. On success OK is true and the
+// summary is filled (as `kbundle load --json`); otherwise Kind, Reason
+// (lines, without the "kbundle: " prefix) and Hint say why.
+type result struct {
+	OK            bool     `json:"ok"`
+	Kind          string   `json:"kind,omitempty"`
+	Reason        string   `json:"reason,omitempty"`
+	Hint          string   `json:"hint,omitempty"`
+	Dest          string   `json:"dest,omitempty"`
+	Bundle        string   `json:"bundle,omitempty"`
+	Entries       int      `json:"entries"`
+	Bytes         int64    `json:"bytes"`
+	RawBytes      int64    `json:"raw_bytes"`
+	Nodes         int      `json:"nodes"`
+	Ranks         int      `json:"ranks"`
+	Leader        bool     `json:"leader"`
+	ReadSeconds   float64  `json:"read_seconds"`
+	BcastSeconds  float64  `json:"bcast_seconds"`
+	ExtractSecs   float64  `json:"extract_seconds"`
+	TotalSeconds  float64  `json:"total_seconds"`
+	MismatchNodes int      `json:"mismatch_nodes"`
+	MismatchKeys  []string `json:"mismatch_keys"`
+	Presets       []string `json:"presets"`
+	Env           []string `json:"env"`
+	HeldBytes     int64    `json:"held_bytes"`
+}
+
+// defaultTimeout is `kbundle load --timeout`'s default.
+const defaultTimeout = 10 * time.Minute
+
+// loadFortran is kbundle_load: it adopts the program's MPI, duplicates
+// the communicator whose Fortran handle is comm, and loads over it.
+func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
+	var r request
+	if err := json.Unmarshal(req, &r); err != nil {
+		return encode(result{Kind: kindUsage, Reason: "bad request: " + err.Error()})
+	}
+	if err := mpi.Adopt(); err != nil {
+		res := result{Kind: kindMPI, Reason: err.Error()}
+		switch {
+		case errors.Is(err, mpi.ErrThreadLevel):
+			res.Hint = "hint: leave mpi4py.rc.thread_level at its default (\"multiple\") or set it to \"serialized\" before importing mpi4py.MPI"
+		case errors.Is(err, mpi.ErrNotInitialized):
+			res.Hint = "hint: import mpi4py.MPI (which initialises MPI) before calling load_bundle"
+		}
+		return encode(res)
+	}
+	c, err := mpi.FromFortran(comm)
+	if err != nil {
+		return encode(result{Kind: kindMPI, Reason: err.Error()})
+	}
+	defer c.Free()
+	return encode(run(ctx, broadcast.FromMPI(c), r, abortJob))
+}
+
+func encode(r result) []byte {
+	b, err := json.Marshal(r)
+	if err != nil { // only plain fields: cannot happen
+		return []byte(`{"ok":false,"kind":"mpi","reason":"cannot encode the result"}`)
+	}
+	return b
+}
+
+// plan is a request resolved on one rank: what load.Run needs.
+type plan struct {
+	load.Plan
+	explicitPresets bool
+}
+
+// run loads over world as `kbundle load` does; collective. Every rank
+// returns the same result, except the local failures of kind kindMPI.
+func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout func(string)) result {
+	getenv := func(k string) string { return r.Environ[k] }
+	// A job id the same on every rank, for the default destination.
+	pid := int64(0)
+	if world.Rank() == 0 {
+		pid = int64(os.Getpid())
+	}
+	p0, err := world.AllreduceInt64(pid, mpi.Max)
+	if err != nil {
+		return result{Kind: kindMPI, Reason: err.Error()}
+	}
+	job := jobID(getenv)
+	if job == "" {
+		job = "pid" + strconv.FormatInt(p0, 10)
+	}
+	p, local := resolve(r, getenv, job, world.Rank())
+	// Every rank learns every rank's argument problem: the same result
+	// everywhere, and nobody enters the load alone.
+	agreed, err := broadcast.Agree(world, local, load.MaxNamed)
+	if err != nil {
+		return result{Kind: kindMPI, Reason: err.Error()}
+	}
+	if agreed != nil {
+		kind := kindUsage
+		if errors.Is(agreed, broadcast.ErrNoBundle) {
+			kind = kindUnusable
+		}
+		return failure(kind, agreed)
+	}
+	p.OnTimeout = onTimeout
+	sum, err := load.Run(ctx, world, p.Plan)
+	switch {
+	case err == nil:
+	case errors.Is(err, broadcast.ErrComm):
+		return result{Kind: kindMPI, Reason: err.Error()}
+	case errors.Is(err, broadcast.ErrNoBundle):
+		return failure(kindUnusable, err)
+	default:
+		return failure(kindFailed, err)
+	}
+	return result{
+		OK: true, Dest: sum.Dest, Bundle: p.Bundle, Entries: sum.Entries, Bytes: sum.Bytes,
+		RawBytes: sum.RawBytes, Nodes: sum.Nodes, Ranks: sum.Ranks, Leader: sum.Leader,
+		ReadSeconds: sum.Read.Seconds(), BcastSeconds: sum.Bcast.Seconds(),
+		ExtractSecs: sum.Extract.Seconds(), TotalSeconds: sum.Total.Seconds(),
+		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys),
+		Presets: orEmpty(sum.Presets), Env: orEmpty(sum.Env), HeldBytes: sum.Held,
+	}
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// resolve fills the plan from the request and the environment, as
+// `kbundle load` reads its flags and KBUNDLE_ variables. The error is
+// this rank's; one about the bundle matches broadcast.ErrNoBundle.
+func resolve(r request, getenv func(string) string, job string, rank int) (plan, error) {
+	host, _ := os.Hostname()
+	p := plan{Plan: load.Plan{
+		Bundle: r.Bundle, Force: r.Force,
+		Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true,
+		Timeout: defaultTimeout,
+	}}
+	switch v := getenv("KBUNDLE_JOBS"); {
+	case r.Jobs != nil:
+		if *r.Jobs < 0 {
+			return p, fmt.Errorf("jobs=%d: want 0 (all cores) or more", *r.Jobs)
+		}
+		p.Jobs = *r.Jobs
+	case v != "":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return p, fmt.Errorf("KBUNDLE_JOBS=%q: want a whole number of workers, 0 (all cores) or more", v)
+		}
+		p.Jobs = n
+	}
+	names := r.Presets
+	if names == nil {
+		if v := getenv("KBUNDLE_PRESET"); v != "" {
+			names = &[]string{v}
+		}
+	}
+	if names != nil {
+		ps, err := lookupPresets(*names)
+		if err != nil {
+			return p, err
+		}
+		p.Presets = ps
+		if p.Presets == nil {
+			p.Presets = []*warmup.Preset{} // none, and not the recorded ones
+		}
+	} else {
+		p.UseRecorded = true
+	}
+	switch {
+	case r.Timeout != nil:
+		if *r.Timeout < 0 || *r.Timeout > (1<<62)/float64(time.Second) {
+			return p, fmt.Errorf("timeout=%v: want seconds, 0 (none) or more", *r.Timeout)
+		}
+		p.Timeout = time.Duration(*r.Timeout * float64(time.Second))
+	case getenv("KBUNDLE_TIMEOUT") != "":
+		v := getenv("KBUNDLE_TIMEOUT")
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return p, fmt.Errorf("KBUNDLE_TIMEOUT=%q: want a duration such as 10m or 90s", v)
+		}
+		p.Timeout = d
+	}
+	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
+			return p, fmt.Errorf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize))
+		}
+		p.ChunkSize = n
+	}
+	if v := getenv("KBUNDLE_TEST_RANKS_PER_NODE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
+		}
+		p.RanksPerNode = n
+	}
+	dest, err := destination(r.Dest, getenv, job)
+	if err != nil {
+		return p, err
+	}
+	p.Dest = dest
+	if p.Bundle == "" {
+		if dir := getenv(broadcast.CacheDirEnv); dir != "" {
+			p.Bundle = filepath.Join(dir, broadcast.BundleName)
+		} else if rank == 0 { // only rank 0's bundle is read
+			return p, fmt.Errorf("%w: no bundle given: pass bundle=FILE or set %s", broadcast.ErrNoBundle, broadcast.CacheDirEnv)
+		}
+	}
+	return p, nil
+}
+
+// lookupPresets reads preset names (each may be a comma-separated list),
+// dropping repeats, as `kbundle load --preset`.
+func lookupPresets(values []string) ([]*warmup.Preset, error) {
+	var out []*warmup.Preset
+	seen := map[string]bool{}
+	for _, v := range values {
+		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			p, err := warmup.Lookup(name)
+			if err != nil {
+				return nil, err
+			}
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// jobIDVars are the scheduler and launcher variables holding a job id,
+// in `kbundle load`'s order (cmd/kbundle/load.go jobID; a test keeps the
+// two lists equal).
+var jobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
+
+func jobID(getenv func(string) string) string {
+	for _, k := range jobIDVars {
+		if v := getenv(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// destination returns dest, else $KBUNDLE_LOCAL_DIR, else `kbundle
+// load`'s default (load.Dest), absolute.
+func destination(dest string, getenv func(string) string, job string) (string, error) {
+	if dest == "" {
+		dest = getenv("KBUNDLE_LOCAL_DIR")
+	}
+	if dest != "" {
+		return filepath.Abs(dest)
+	}
+	return load.Dest(getenv("TMPDIR"), userName(), job), nil
+}
+
+func userName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
+}
+
+// failure is an agreed failure as `kbundle load` prints it: one line a
+// failing node (host, ranks, reason), then what it means; the hint apart.
+func failure(kind string, err error) result {
+	var e *broadcast.Error
+	lines := []string{err.Error()}
+	if errors.As(err, &e) && len(e.Reasons) > 0 {
+		lines = e.Reasons
+		if more := e.Ranks - len(e.Reasons); more > 0 && len(e.Reasons) >= load.MaxNamed {
+			lines = append(lines, fmt.Sprintf("... and %d more failing ranks", more))
+		}
+	}
+	if kind == kindFailed {
+		lines = append(lines, "nothing was installed on any node")
+	}
+	return result{Kind: kind, Reason: strings.Join(lines, "\n"), Hint: hint(err)}
+}
+
+// hint tells how to fix err, in the Python API's terms, or "".
+func hint(err error) string {
+	switch {
+	case errors.Is(err, bundle.ErrUntrusted):
+		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
+	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
+		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
+	case errors.Is(err, bundle.ErrVersion):
+		return "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
+	case errors.Is(err, bundle.ErrInsecurePath):
+		return "hint: the bundle holds a path that could escape its destination; do not use it"
+	case errors.Is(err, bundle.ErrExist):
+		return "hint: pass force=True to replace the destination"
+	case errors.Is(err, fs.ErrNotExist):
+		return "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+	}
+	return ""
+}

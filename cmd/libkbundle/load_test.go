@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/broadcast/broadcasttest"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// testBundle packs a small cache (with a Triton group file) into a
+// private directory, recording the preset "triton".
+func testBundle(t *testing.T) (tree, file string) {
+	t.Helper()
+	tree = filepath.Join(t.TempDir(), "cache")
+	files := map[string]string{
+		"triton/abc/kernel.cubin": strings.Repeat("cubin", 1000),
+		"numba/mod.nbi":           "index",
+		"top.txt":                 "top",
+	}
+	for name, body := range files {
+		p := filepath.Join(tree, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store := filepath.Join(t.TempDir(), "store")
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(store, "cache.kbundle")
+	if _, err := bundle.Pack(context.Background(), tree, file, &bundle.PackOptions{Preset: "triton"}); err != nil {
+		t.Fatal(err)
+	}
+	return tree, file
+}
+
+// runAll runs one request on every rank of a fake world of the given
+// nodes; req(rank) gives each rank's request.
+func runAll(t *testing.T, nodes []int, req func(rank int) request) []result {
+	t.Helper()
+	world := broadcasttest.World(nodes...)
+	return broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) result {
+		return run(context.Background(), c, req(c.Rank()), func(msg string) { t.Errorf("timeout: %s", msg) })
+	})
+}
+
+func same(t *testing.T, rs []result) {
+	t.Helper()
+	for i := range rs {
+		a, b := rs[0], rs[i]
+		a.Leader, b.Leader, a.HeldBytes, b.HeldBytes, a.MismatchKeys, b.MismatchKeys = false, false, 0, 0, nil, nil
+		a.Dest, b.Dest = "", "" // node-local
+		if a.OK != b.OK || a.Kind != b.Kind || a.Reason != b.Reason || a.Hint != b.Hint || a.Entries != b.Entries ||
+			a.Nodes != b.Nodes || strings.Join(a.Presets, ",") != strings.Join(b.Presets, ",") {
+			t.Errorf("rank %d's result differs from rank 0's:\n%+v\n%+v", i, rs[i], rs[0])
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestRun(t *testing.T) {
+	_, file := testBundle(t)
+	base := t.TempDir()
+	cases := []struct {
+		name    string
+		nodes   []int
+		req     func(dest string) request
+		ok      bool
+		kind    string
+		reason  string // regexp
+		hint    string // substring
+		presets string
+		// destNodes > 0: dest is suffixed .node<k> by load (fake nodes);
+		// < 0: the test gives each node of -destNodes ranks its own.
+		destNodes int
+	}{
+		{name: "one node recorded preset", nodes: []int{0, 0, 0},
+			req: func(d string) request { return request{Bundle: file, Dest: d} }, ok: true, presets: "triton"},
+		{name: "two nodes no preset", nodes: []int{0, 0, 1, 1},
+			req: func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{})} }, ok: true,
+			destNodes: -2},
+		{name: "cache dir from the environment", nodes: []int{0},
+			req: func(d string) request {
+				return request{Dest: d, Environ: map[string]string{"KBUNDLE_CACHE_DIR": filepath.Dir(file)}}
+			}, ok: true, presets: "triton"},
+		{name: "fake nodes", nodes: []int{0, 0, 0, 0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TEST_RANKS_PER_NODE": "2"}}
+			}, ok: true, presets: "triton", destNodes: 2},
+		{name: "missing", nodes: []int{0, 0},
+			req:  func(d string) request { return request{Bundle: file + ".nope", Dest: d} },
+			kind: kindUnusable, reason: `cache\.kbundle\.nope`, hint: "kbundle warm --pack"},
+		{name: "no bundle configured", nodes: []int{0, 1},
+			req:  func(d string) request { return request{Dest: d} },
+			kind: kindUnusable, reason: `no bundle given: pass bundle=FILE or set KBUNDLE_CACHE_DIR`},
+		{name: "unknown preset", nodes: []int{0, 0},
+			req:  func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{"triton,nosuch"})} },
+			kind: kindUsage, reason: `nosuch`},
+		{name: "preset from the environment", nodes: []int{0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_PRESET": "numba triton"}}
+			}, ok: true, presets: "numba,triton"},
+		{name: "bad jobs variable", nodes: []int{0, 0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_JOBS": "many"}}
+			},
+			kind: kindUsage, reason: `KBUNDLE_JOBS="many"`},
+		{name: "negative jobs", nodes: []int{0},
+			req:  func(d string) request { return request{Bundle: file, Dest: d, Jobs: ptr(-2)} },
+			kind: kindUsage, reason: `jobs=-2`},
+		{name: "bad timeout variable", nodes: []int{0, 0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}
+			},
+			kind: kindUsage, reason: `KBUNDLE_TIMEOUT="soon"`},
+		{name: "negative timeout", nodes: []int{0},
+			req:  func(d string) request { return request{Bundle: file, Dest: d, Timeout: ptr(-1.0)} },
+			kind: kindUsage, reason: `timeout=-1`},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dest := filepath.Join(base, string(rune('a'+i)))
+			rs := runAll(t, c.nodes, func(rank int) request {
+				if c.destNodes < 0 {
+					return c.req(fmt.Sprintf("%s.n%d", dest, rank/-c.destNodes))
+				}
+				return c.req(dest)
+			})
+			same(t, rs)
+			r := rs[0]
+			if r.OK != c.ok || r.Kind != c.kind {
+				t.Fatalf("ok %v kind %q, want %v %q: %+v", r.OK, r.Kind, c.ok, c.kind, r)
+			}
+			if !regexp.MustCompile(c.reason).MatchString(r.Reason) || !strings.Contains(r.Hint, c.hint) {
+				t.Errorf("reason %q hint %q, want /%s/ and %q", r.Reason, r.Hint, c.reason, c.hint)
+			}
+			if !c.ok {
+				if _, err := os.Stat(dest); !os.IsNotExist(err) { // cases with one dest
+					t.Errorf("%s exists after a failed load: %v", dest, err)
+				}
+				return
+			}
+			if got := strings.Join(r.Presets, ","); got != c.presets {
+				t.Errorf("presets %q, want %q", got, c.presets)
+			}
+			want := dest
+			if c.destNodes > 0 {
+				want += ".node0"
+			} else if c.destNodes < 0 {
+				want += ".n0"
+			}
+			if r.Dest != want || r.Entries == 0 || r.Ranks != len(c.nodes) || r.Bundle != file {
+				t.Errorf("result %+v", r)
+			}
+			if c.presets == "triton" && (len(r.Env) != 1 || r.Env[0] != "TRITON_CACHE_DIR="+want+"/triton") ||
+				c.presets == "" && len(r.Env) != 0 {
+				t.Errorf("env %q", r.Env)
+			}
+			if _, err := os.Stat(filepath.Join(want, "top.txt")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestDefaultDest: without dest, KBUNDLE_LOCAL_DIR, else `kbundle load`'s
+// default under TMPDIR named for the user and the job.
+func TestDefaultDest(t *testing.T) {
+	_, file := testBundle(t)
+	tmp := t.TempDir()
+	rs := runAll(t, []int{0, 0}, func(int) request {
+		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
+	})
+	same(t, rs)
+	if !rs[0].OK || rs[0].Dest != filepath.Join(tmp, "kbundle-"+userName()+"-4242") {
+		t.Fatalf("%+v", rs[0])
+	}
+	local := filepath.Join(t.TempDir(), "local")
+	rs = runAll(t, []int{0}, func(int) request {
+		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "KBUNDLE_LOCAL_DIR": local}}
+	})
+	if !rs[0].OK || rs[0].Dest != local {
+		t.Fatalf("%+v", rs[0])
+	}
+	// The destination exists now: the same failure everywhere, with a hint.
+	rs = runAll(t, []int{0, 1}, func(int) request {
+		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
+	})
+	same(t, rs)
+	if rs[0].OK || rs[0].Kind != kindFailed || !strings.Contains(rs[0].Hint, "force=True") ||
+		!strings.Contains(rs[0].Reason, "nothing was installed on any node") {
+		t.Fatalf("%+v", rs[0])
+	}
+}
+
+// TestJobIDVars: the same job id variables, in the same order, as
+// `kbundle load`, so that both find the same default destination.
+func TestJobIDVars(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "kbundle", "load.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`func jobID\(\) string \{\s*for _, k := range \[\]string\{([^}]*)\}`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("cmd/kbundle/load.go: jobID's list not found; update this test")
+	}
+	want := strings.Join(jobIDVars, `", "`)
+	if got := strings.Trim(string(m[1]), `"`); got != want {
+		t.Errorf("cmd/kbundle jobID reads %s; cmd/libkbundle reads %s", got, want)
+	}
+}
+
+// TestLoadFortranErrors: the C entry's answers before any collective, in
+// a build without MPI or with MPI not initialised.
+func TestLoadFortranErrors(t *testing.T) {
+	var r result
+	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{")), &r); err != nil || r.OK || r.Kind != kindUsage {
+		t.Errorf("bad JSON: %+v %v", r, err)
+	}
+	if mpi.Initialized() {
+		t.Skip("MPI is initialised")
+	}
+	r = result{}
+	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{}")), &r); err != nil || r.OK || r.Kind != kindMPI {
+		t.Errorf("no MPI: %+v %v", r, err)
+	}
+}

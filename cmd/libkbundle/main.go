@@ -1,0 +1,68 @@
+// Command libkbundle is the C library behind the Python package kbundle
+// (python/): `kbundle load` as a call made on every rank of a program
+// that already runs MPI, such as Python with mpi4py. Build it once per MPI
+// library, as a shared object:
+//
+//	CC=mpicc.openmpi go build -buildmode=c-shared -tags mpi -o libkbundle-openmpi.so ./cmd/libkbundle
+//	CC=mpicc.mpich   go build -buildmode=c-shared -tags mpi -o libkbundle-mpich.so   ./cmd/libkbundle
+//
+// (`make python` does both). The C interface, all strings UTF-8 and
+// NUL-terminated, every returned string malloc'ed and released with
+// kbundle_free:
+//
+//	char *kbundle_load(long long comm, const char *request);
+//	char *kbundle_mpi_library(void);
+//	void  kbundle_free(char *s);
+//
+// kbundle_load is collective over the communicator whose Fortran handle
+// is comm (mpi4py: comm.py2f()); request and the result are JSON objects
+// (see request and result in load.go). It adopts the MPI the program
+// initialised (it never initialises or finalises MPI; the program must
+// provide MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE), works on a
+// duplicate of the communicator, never exits the process and installs no
+// signal handler; when the load's timeout runs out it ends the whole job
+// with MPI_Abort, as `kbundle load` does, since a collective cannot be
+// abandoned half-way.
+package main
+
+/*
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/kbundle/kbundle/mpi"
+)
+
+//export kbundle_load
+func kbundle_load(comm C.longlong, request *C.char) *C.char {
+	out := loadFortran(context.Background(), int64(comm), []byte(C.GoString(request)))
+	return C.CString(string(out))
+}
+
+//export kbundle_mpi_library
+func kbundle_mpi_library() *C.char {
+	return C.CString(mpi.LibraryVersion())
+}
+
+//export kbundle_free
+func kbundle_free(s *C.char) {
+	C.free(unsafe.Pointer(s))
+}
+
+// abortJob is the load's OnTimeout: the message on stderr, then MPI_Abort
+// of the whole job (the collective cannot be abandoned half-way).
+func abortJob(msg string) {
+	fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+	mpi.Abort(exitError)
+}
+
+// exitError is MPI_Abort's error code on a timeout, as `kbundle load`.
+const exitError = 1
+
+func main() {}

@@ -1,0 +1,96 @@
+//go:build mpi
+
+package mpi
+
+/*
+#include "kbmpi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// adopted is set by Adopt: MPI belongs to the program, Finalize refuses.
+var adopted atomic.Bool
+
+// Adopt makes the package use an MPI that the calling program initialised
+// and will finalise itself (Python with mpi4py, for a library loaded into
+// it): unlike Init it never initialises MPI, never changes the world's
+// error handler, and makes Finalize refuse (ErrAdopted). Because every
+// call runs on the package's own thread, not the program's, the program
+// must have asked for MPI_THREAD_SERIALIZED or more (mpi4py's default is
+// MPI_THREAD_MULTIPLE), and, below MULTIPLE, must make no MPI call of its
+// own while one of this package's calls runs. Adopt fails with
+// ErrNotInitialized when MPI is not initialised yet, ErrFinalized when it
+// was finalised, and ErrThreadLevel when the level is too low. A second
+// Adopt, or Adopt after Init, is a no-op.
+func Adopt() error {
+	var err error
+	onThread(func() {
+		switch state.Load() {
+		case stateInit:
+			return
+		case stateDone:
+			err = ErrFinalized
+			return
+		}
+		var provided, required, flag C.int
+		if err = mpiError("MPI_Query_thread", C.kb_adopt(&provided, &required, &flag)); err != nil {
+			return
+		}
+		switch flag {
+		case 0:
+			err = fmt.Errorf("mpi: adopt: the program has not initialised MPI: %w", ErrNotInitialized)
+			return
+		case 2:
+			err = fmt.Errorf("mpi: adopt: the program has finalised MPI: %w", ErrFinalized)
+			return
+		}
+		if provided < required {
+			err = fmt.Errorf("mpi: adopt: MPI was initialised with thread level %s; kbundle calls MPI from a thread of its own and needs MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE: %w",
+				threadLevel(provided), ErrThreadLevel)
+			return
+		}
+		var rank, size C.int
+		if err = mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+			return
+		}
+		if err = mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
+			return
+		}
+		world.rank, world.size = int(rank), int(size)
+		adopted.Store(true)
+		state.Store(stateInit)
+	})
+	return err
+}
+
+// threadLevel names an MPI thread support level.
+func threadLevel(l C.int) string {
+	switch l {
+	case C.kb_thread_single():
+		return "MPI_THREAD_SINGLE"
+	case C.kb_thread_funneled():
+		return "MPI_THREAD_FUNNELED"
+	case C.kb_thread_serialized():
+		return "MPI_THREAD_SERIALIZED"
+	case C.kb_thread_multiple():
+		return "MPI_THREAD_MULTIPLE"
+	}
+	return fmt.Sprintf("%d", int(l))
+}
+
+// FromFortran returns a duplicate (MPI_Comm_dup) of the communicator
+// whose Fortran handle is f, as other bindings give it (mpi4py:
+// comm.py2f()); it is collective over that communicator. The duplicate
+// keeps this package's messages apart from the program's and returns
+// errors instead of aborting; the program's communicator is not changed.
+// Free it when done. MPI must be initialised (Init or Adopt). An
+// intercommunicator or the null communicator fails with an *Error.
+func FromFortran(f int64) (*Comm, error) {
+	return world.newComm("MPI_Comm_dup", func(h *C.int) C.int {
+		return C.kb_dup_f(C.int64_t(f), h)
+	})
+}

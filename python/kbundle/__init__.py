@@ -1,0 +1,42 @@
+"""kbundle: start an MPI job with a warm compiled-kernel (JIT) cache.
+
+Call :func:`load_bundle` on every rank, before the first kernel is
+compiled::
+
+    from mpi4py import MPI
+    from kbundle import load_bundle
+
+    load_bundle(MPI.COMM_WORLD)
+
+It does what ``kbundle load`` does, in the calling process, through the
+same Go code: rank 0 reads the bundle once and broadcasts it, one rank per
+node unpacks it atomically into node-local storage, and the variables of
+the bundle's framework presets are set in ``os.environ``. See
+docs/python.md.
+"""
+
+from ._load import (
+    BundleUnusableError,
+    KbundleError,
+    KbundleMPIError,
+    KbundleUsageError,
+    KbundleWarning,
+    LoadFailedError,
+    LoadResult,
+    load_bundle,
+    mpi_library,
+)
+
+__all__ = [
+    "BundleUnusableError",
+    "KbundleError",
+    "KbundleMPIError",
+    "KbundleUsageError",
+    "KbundleWarning",
+    "LoadFailedError",
+    "LoadResult",
+    "load_bundle",
+    "mpi_library",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,251 @@
+"""load_bundle: `kbundle load` inside an mpi4py program."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from ._errors import (
+    BundleUnusableError,
+    KbundleError,
+    KbundleMPIError,
+    KbundleUsageError,
+    KbundleWarning,
+    LoadFailedError,
+    message,
+)
+
+if TYPE_CHECKING:  # mpi4py is imported at call time only
+    from mpi4py import MPI
+
+__all__ = [
+    "BundleUnusableError",
+    "KbundleError",
+    "KbundleMPIError",
+    "KbundleUsageError",
+    "KbundleWarning",
+    "LoadFailedError",
+    "LoadResult",
+    "load_bundle",
+    "mpi_library",
+]
+
+PathArg = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What :func:`load_bundle` did; the same on every rank except
+    ``leader`` and ``mismatch_keys``. Truthy when the bundle was loaded.
+
+    On failure (``ok`` False) ``kind`` is "unusable" (the bundle: missing,
+    damaged, untrusted, none configured) or "failed" (a node: destination
+    exists or cannot be written, disk full; nothing was installed on any
+    node), ``reason`` and ``hint`` say why, and the other fields are empty.
+    """
+
+    ok: bool
+    reason: str = ""
+    hint: str = ""
+    kind: str = ""
+    #: This node's destination directory (absolute).
+    dest: str = ""
+    #: The bundle file rank 0 read.
+    bundle: str = ""
+    #: Files and directories in the bundle.
+    entries: int = 0
+    #: The bundle's size, and the size of its files unpacked.
+    bytes: int = 0
+    raw_bytes: int = 0
+    nodes: int = 0
+    ranks: int = 0
+    #: This rank unpacked the bundle for its node.
+    leader: bool = False
+    #: The whole call, in seconds; then its phases, which overlap: rank 0
+    #: reading the bundle, the broadcast, the slowest node's unpacking.
+    seconds: float = 0.0
+    read_seconds: float = 0.0
+    bcast_seconds: float = 0.0
+    extract_seconds: float = 0.0
+    #: The framework presets applied (given, or recorded in the bundle).
+    presets: Tuple[str, ...] = ()
+    #: The variables set in os.environ, pointing the frameworks at dest.
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: Nodes that differ from the machine the cache was warmed on (kernels
+    #: may miss there), and how this node differs (leaders).
+    mismatch_nodes: int = 0
+    mismatch_keys: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def mpi_library() -> str:
+    """The path of the libkbundle in use (loading it if needed), for
+    diagnostics."""
+    from mpi4py import MPI
+
+    _lib.library(MPI.Get_library_version())
+    return _lib.loaded_path()
+
+
+def load_bundle(
+    comm: "MPI.Comm",
+    bundle: Optional[PathArg] = None,
+    dest: Optional[PathArg] = None,
+    preset: Union[str, Sequence[str], None] = None,
+    timeout: Union[float, datetime.timedelta, None] = None,
+    *,
+    force: bool = False,
+    strict: bool = False,
+    jobs: Optional[int] = None,
+) -> LoadResult:
+    """Loads a kbundle bundle into node-local storage on every node of
+    comm, as ``kbundle load`` does; collective: call it on every rank of
+    comm (an intracommunicator), with the same arguments.
+
+    bundle: the bundle file (rank 0's is read); default
+    $KBUNDLE_CACHE_DIR/cache.kbundle. dest: the node-local directory;
+    default $KBUNDLE_LOCAL_DIR, else $TMPDIR/kbundle-USER-JOB (or
+    /tmp/...), as ``kbundle load``. preset: a preset name, a
+    comma-separated list or a sequence of names; default (None):
+    $KBUNDLE_PRESET, else the presets recorded in the bundle; []: none. timeout: seconds or a
+    timedelta; default $KBUNDLE_TIMEOUT, else 10 minutes; 0: none. When it
+    runs out (a node or link down) the job is ended with MPI_Abort. force:
+    replace a non-empty dest. jobs: unpacking workers per node; default
+    $KBUNDLE_JOBS, else 0 (all cores).
+
+    On success the presets' variables are set in os.environ (before the
+    framework reads them) and the result says what was loaded. When the
+    bundle cannot be used, or the load fails on a node, every rank gets
+    the same outcome: by default a KbundleWarning on rank 0 and a falsy
+    result with the reason; with strict=True, BundleUnusableError or
+    LoadFailedError on every rank. Bad arguments raise KbundleUsageError
+    (or TypeError) and MPI problems KbundleMPIError, whatever strict says.
+    """
+    req = _request(bundle, dest, preset, timeout, force, jobs)
+    from mpi4py import MPI
+
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm: want an mpi4py communicator, got {type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise KbundleUsageError("usage", "comm is MPI.COMM_NULL: call load_bundle on the ranks of a communicator")
+    if comm.Is_inter():
+        raise KbundleUsageError("usage", "comm is an intercommunicator: pass an intracommunicator such as MPI.COMM_WORLD")
+    lib = _lib.library(MPI.Get_library_version())
+    raw = _lib.take_string(lib, lib.kbundle_load(comm.py2f(), json.dumps(req).encode("utf-8")))
+    try:
+        out: Dict[str, Any] = json.loads(raw)
+    except ValueError as e:
+        raise KbundleMPIError("mpi", f"libkbundle returned a bad result: {e}: {raw[:200]!r}") from e
+    rank0 = comm.Get_rank() == 0
+    if not out.get("ok"):
+        return _failure(out, strict, rank0)
+    env = dict(kv.split("=", 1) for kv in out.get("env") or [] if "=" in kv)
+    for k, v in env.items():
+        os.environ[k] = v
+    res = LoadResult(
+        ok=True,
+        dest=out.get("dest", ""),
+        bundle=out.get("bundle", ""),
+        entries=int(out.get("entries", 0)),
+        bytes=int(out.get("bytes", 0)),
+        raw_bytes=int(out.get("raw_bytes", 0)),
+        nodes=int(out.get("nodes", 0)),
+        ranks=int(out.get("ranks", 0)),
+        leader=bool(out.get("leader", False)),
+        seconds=float(out.get("total_seconds", 0.0)),
+        read_seconds=float(out.get("read_seconds", 0.0)),
+        bcast_seconds=float(out.get("bcast_seconds", 0.0)),
+        extract_seconds=float(out.get("extract_seconds", 0.0)),
+        presets=tuple(out.get("presets") or ()),
+        env=MappingProxyType(env),
+        mismatch_nodes=int(out.get("mismatch_nodes", 0)),
+        mismatch_keys=tuple(out.get("mismatch_keys") or ()),
+    )
+    if rank0 and res.mismatch_nodes:
+        what = "a node differs" if res.mismatch_nodes == 1 else f"{res.mismatch_nodes} nodes differ"
+        here = f" (here: {', '.join(res.mismatch_keys)})" if res.mismatch_keys else ""
+        warnings.warn(
+            f"kbundle: warning: {what} from the machine the cache was warmed on{here}; compiled kernels may miss",
+            KbundleWarning,
+            stacklevel=2,
+        )
+    return res
+
+
+def _request(
+    bundle: Optional[PathArg],
+    dest: Optional[PathArg],
+    preset: Union[str, Sequence[str], None],
+    timeout: Union[float, datetime.timedelta, None],
+    force: bool,
+    jobs: Optional[int],
+) -> Dict[str, Any]:
+    """Checks the arguments' types (the same on every rank: nothing
+    collective has started) and builds kbundle_load's request."""
+    req: Dict[str, Any] = {
+        "bundle": _path("bundle", bundle),
+        "dest": _path("dest", dest),
+        "force": bool(force),
+        # Go copies the environment when the library loads; pass today's.
+        "environ": dict(os.environ),
+    }
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)):
+        raise TypeError(f"jobs: want an int or None, got {type(jobs).__name__}")
+    req["jobs"] = jobs
+    if preset is None:
+        req["presets"] = None
+    elif isinstance(preset, str):
+        req["presets"] = [preset]
+    elif isinstance(preset, Sequence) and all(isinstance(p, str) for p in preset):
+        req["presets"] = list(preset)
+    else:
+        raise TypeError("preset: want a name, a sequence of names or None")
+    if timeout is None:
+        req["timeout"] = None
+    elif isinstance(timeout, datetime.timedelta):
+        req["timeout"] = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        req["timeout"] = float(timeout)
+    else:
+        raise TypeError(f"timeout: want seconds or a timedelta, got {type(timeout).__name__}")
+    return req
+
+
+def _path(name: str, p: Optional[PathArg]) -> str:
+    if p is None:
+        return ""
+    s = os.fspath(p)
+    if not isinstance(s, str):
+        raise TypeError(f"{name}: want a str path, got bytes")
+    if s == "":
+        raise KbundleUsageError("usage", f"{name}: empty path (pass None for the default)")
+    return s
+
+
+def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
+    kind = str(out.get("kind", "mpi"))
+    reason = str(out.get("reason", "unknown failure"))
+    hint = str(out.get("hint", ""))
+    if kind == "usage":
+        raise KbundleUsageError(kind, reason, hint)
+    if kind not in ("unusable", "failed"):
+        raise KbundleMPIError(kind, reason, hint)
+    if strict:
+        cls = BundleUnusableError if kind == "unusable" else LoadFailedError
+        raise cls(kind, reason, hint)
+    if rank0:
+        warnings.warn(
+            message(reason, hint) + "\nkbundle: not loaded: the application compiles its kernels as usual",
+            KbundleWarning,
+            stacklevel=3,
+        )
+    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind)
+

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# pyenv-mpi.sh: create or update the project-local Python environments of
+# kbundle's Python package tests, one per MPI library.
+#
+# Usage: scripts/dev/pyenv-mpi.sh openmpi|mpich
+#
+# Makes .venv-mpi/VARIANT with Debian's /usr/bin/python3 and installs the
+# pinned packages of python/requirements-test.txt from PyPI: mpi4py built
+# from source (never a prebuilt wheel, never pip's cache) with
+# MPICC=mpicc.openmpi or mpicc.mpich, and pytest. Does nothing when the
+# environment already holds exactly that list for that MPI (a stamp file
+# records it). Prints the environment's python on stdout.
+#
+# Separate from scripts/dev/venv.sh (JAX, PyTorch): these environments are
+# small (about 30 MB) and need one mpi4py build per MPI library.
+# Cost measured on a 2-core machine: see python/requirements-test.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+variant=${1:-}
+case $variant in
+openmpi) mpicc=mpicc.openmpi ;;
+mpich) mpicc=mpicc.mpich ;;
+*)
+	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich" >&2
+	exit 2
+	;;
+esac
+venv=.venv-mpi/$variant
+req=python/requirements-test.txt
+stamp=$venv/.kbundle-requirements
+
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s <(cat "$req"; echo "MPICC=$mpicc") "$stamp"; then
+	echo "$PWD/$venv/bin/python"
+	exit 0
+fi
+if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || [ ! -e /usr/include/python3*/Python.h ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "kbundle: python3-venv or python3-dev is missing" >&2
+		echo "kbundle: hint: sudo apt-get install -y python3-venv python3-dev" >&2
+		exit 1
+	fi
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-dev >/dev/null
+fi
+command -v "$mpicc" >/dev/null || { echo "kbundle: $mpicc not found (mpi4py is built with it; run scripts/dev/deps.sh)" >&2; exit 1; }
+
+echo "kbundle: installing $req into $venv (MPICC=$mpicc)" >&2
+start=$SECONDS
+rm -rf "$venv"
+/usr/bin/python3 -m venv "$venv"
+MPICC=$mpicc "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check \
+	--no-binary mpi4py -r "$req" >&2
+# The build must have used this MPI: mpi4py records its compiler.
+got=$("$venv/bin/python" -c 'import mpi4py; print(mpi4py.get_config().get("mpicc", ""))')
+if [ "$got" != "$mpicc" ] && [ "$(basename "$got")" != "$mpicc" ]; then
+	echo "kbundle: mpi4py in $venv was built with MPICC=$got, want $mpicc" >&2
+	exit 1
+fi
+{ cat "$req"; echo "MPICC=$mpicc"; } >"$stamp"
+echo "kbundle: $venv ready in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2
+echo "$PWD/$venv/bin/python"

@@ -1,0 +1,14 @@
+// Package pythontest runs the Python package's tests (python/, the
+// kbundle module with load_bundle) under real MPI launchers: pytest on
+// every rank of `mpirun` (Open MPI build of mpi4py and libkbundle) and
+// `mpiexec.hydra` (MPICH) at 1, 2 and 4 ranks, and under `srun` when the
+// test Slurm is up. The pytest file is test_load.py; this package builds
+// the libraries, installs the package with pip into a temporary directory,
+// makes the fixtures and checks every rank's pytest report.
+//
+// Gating: the tests need the Python environments that
+// scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi and .venv-mpi/mpich,
+// or KBUNDLE_PYTHON_OPENMPI and KBUNDLE_PYTHON_MPICH naming their
+// python). Without them they skip, unless KBUNDLE_TEST_PYTHON=1, which
+// makes them fail instead. It is test-only and must never be imported.
+package pythontest

@@ -1,0 +1,317 @@
+package pythontest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/testutil"
+)
+
+// python returns the python of v's test environment, or skips (fails
+// when KBUNDLE_TEST_PYTHON=1).
+func python(t *testing.T, v testutil.Variant) string {
+	t.Helper()
+	testutil.NeedMPI(t, v)
+	py := os.Getenv("KBUNDLE_PYTHON_" + strings.ToUpper(string(v)))
+	if py == "" {
+		py = filepath.Join(testutil.RepoRoot(), ".venv-mpi", string(v), "bin", "python")
+	}
+	if _, err := os.Stat(py); err != nil {
+		msg := fmt.Sprintf("no Python environment for %s (%v): make it with `scripts/dev/pyenv-mpi.sh %s`", v, err, v)
+		if testutil.Required("PYTHON") {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return py
+}
+
+var (
+	installOnce sync.Once
+	installDir  string
+	installErr  error
+)
+
+// install builds libkbundle for both MPI builds into a copy of python/
+// and installs that with pip (the real `pip install ./python`, without
+// network: --no-build-isolation uses the environment's pinned
+// setuptools) into a temporary directory; it returns the directory for
+// PYTHONPATH. Once per test process.
+func install(t *testing.T, py string) string {
+	t.Helper()
+	installOnce.Do(func() {
+		installDir, installErr = doInstall(py)
+	})
+	if installErr != nil {
+		t.Fatal(installErr)
+	}
+	return installDir
+}
+
+func doInstall(py string) (string, error) {
+	root := testutil.RepoRoot()
+	dir, err := os.MkdirTemp("", "kbundle-pytest-")
+	if err != nil {
+		return "", err
+	}
+	src := filepath.Join(dir, "src")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		return "", err
+	}
+	for _, rel := range []string{"pyproject.toml", "setup.py", "README.md", "kbundle"} {
+		if out, err := exec.Command("cp", "-r", filepath.Join(root, "python", rel), src).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("copy python/%s: %v\n%s", rel, err, out)
+		}
+	}
+	// Whatever `make python` may have left in the source tree is not used.
+	libs, _ := filepath.Glob(filepath.Join(src, "kbundle", "lib", "libkbundle-*"))
+	for _, l := range libs {
+		os.Remove(l)
+	}
+	for _, v := range testutil.MPIVariants {
+		out := filepath.Join(src, "kbundle", "lib", "libkbundle-"+string(v)+".so")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-tags", "mpi", "-o", out, "./cmd/libkbundle")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CC=mpicc."+string(v), "CGO_ENABLED=1")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build libkbundle for %s: %v\n%s", v, err, b)
+		}
+	}
+	site := filepath.Join(dir, "site")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+		"--no-cache-dir", "--disable-pip-version-check", "--target", site, src)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("pip install ./python: %v\n%s", err, b)
+	}
+	for _, v := range testutil.MPIVariants {
+		if _, err := os.Stat(filepath.Join(site, "kbundle", "lib", "libkbundle-"+string(v)+".so")); err != nil {
+			return "", fmt.Errorf("pip did not install the library: %v", err)
+		}
+	}
+	for _, f := range []string{"py.typed", "__init__.py", "_load.py"} {
+		if _, err := os.Stat(filepath.Join(site, "kbundle", f)); err != nil {
+			return "", fmt.Errorf("pip did not install kbundle/%s: %v", f, err)
+		}
+	}
+	return site, nil
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if installDir != "" {
+		os.RemoveAll(filepath.Dir(installDir))
+	}
+	os.Exit(code)
+}
+
+// fixtures makes the cache tree and its bundles (good, damaged,
+// untrusted) and returns the KBUNDLE_PYTEST_* variables naming them.
+func fixtures(t *testing.T) []string {
+	t.Helper()
+	base := t.TempDir()
+	tree := filepath.Join(base, "cache")
+	files := []struct {
+		name string
+		body string
+		mode os.FileMode
+	}{
+		{"triton/abc123/kernel.cubin", strings.Repeat("cubin\x00\x01", 20000), 0o644},
+		{"triton/abc123/kernel.json", `{"name":"k"}`, 0o600},
+		{"numba/mod.nbi", strings.Repeat("index", 300), 0o640},
+		{"numba/mod.1.nbc", "", 0o644},
+		{"bin/tool", "#!/bin/sh\n", 0o755},
+		{"top.txt", "top", 0o444},
+	}
+	for i, f := range files {
+		p := filepath.Join(tree, f.name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, f.mode)
+		mt := time.Unix(1700000000+int64(i), int64(123456789+i))
+		os.Chtimes(p, mt, mt)
+	}
+	os.MkdirAll(filepath.Join(tree, "empty", "dir"), 0o750)
+	for i, d := range []string{"empty/dir", "empty", "bin", "numba", "triton/abc123", "triton"} {
+		mt := time.Unix(1600000000+int64(i), 987654321)
+		os.Chtimes(filepath.Join(tree, d), mt, mt)
+	}
+	store := filepath.Join(base, "store")
+	if err := os.Mkdir(store, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(store, "cache.kbundle")
+	if _, err := bundle.Pack(context.Background(), tree, good, &bundle.PackOptions{Preset: "triton", SegmentSize: bundle.MinSegmentSize}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x01
+	damaged := filepath.Join(store, "damaged.kbundle")
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o777) // anyone may replace the file: untrusted
+	untrusted := filepath.Join(open, "cache.kbundle")
+	if err := os.Link(good, untrusted); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(base, "work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"KBUNDLE_PYTEST_TREE=" + tree, "KBUNDLE_PYTEST_BUNDLE=" + good, "KBUNDLE_PYTEST_DAMAGED=" + damaged,
+		"KBUNDLE_PYTEST_UNTRUSTED=" + untrusted, "KBUNDLE_PYTEST_WORK=" + work,
+	}
+}
+
+// rankTask runs pytest as one rank, its report in OUT/rank.<rank>; sh
+// stays the parent so the launcher's variables reach Python unchanged.
+// Use as: sh -c rankTask PYTHON TESTFILE OUT.
+const rankTask = `r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-x}}}
+"$0" -m pytest -q -p no:cacheprovider -W error::pytest.PytestUnraisableExceptionWarning "$1" > "$2/rank.$r" 2>&1
+rc=$?
+echo $rc > "$2/rc.$r"
+exit $rc`
+
+var rePassed = regexp.MustCompile(`(?m)^(\d+) passed in `)
+
+// checkRanks fails unless each of np ranks ran every test and passed.
+func checkRanks(t *testing.T, out string, np int, launch string) {
+	t.Helper()
+	var want string
+	for r := range np {
+		b, err := os.ReadFile(filepath.Join(out, "rank."+strconv.Itoa(r)))
+		if err != nil {
+			t.Errorf("rank %d left no pytest report: %v\n%s", r, err, launch)
+			continue
+		}
+		rc, _ := os.ReadFile(filepath.Join(out, "rc."+strconv.Itoa(r)))
+		m := rePassed.FindStringSubmatch(string(b))
+		if strings.TrimSpace(string(rc)) != "0" || m == nil || strings.Contains(string(b), "failed") {
+			t.Errorf("rank %d: pytest exit %q\n%s\n%s", r, strings.TrimSpace(string(rc)), b, launch)
+			continue
+		}
+		if want == "" {
+			want = m[1]
+		} else if m[1] != want {
+			t.Errorf("rank %d passed %s tests, rank 0 %s", r, m[1], want)
+		}
+		if r == 0 {
+			t.Logf("rank 0: %s", strings.TrimSpace(m[0]))
+		}
+	}
+}
+
+// TestPytestUnderMPI runs test_load.py on every rank under mpirun (Open
+// MPI) and mpiexec.hydra (MPICH) at 1, 2 and 4 ranks.
+func TestPytestUnderMPI(t *testing.T) {
+	testfile := filepath.Join(testutil.RepoRoot(), "test", "python", "test_load.py")
+	for _, v := range testutil.MPIVariants {
+		for _, np := range []int{1, 2, 4} {
+			t.Run(testutil.Describe(v, np), func(t *testing.T) {
+				py := python(t, v)
+				site := install(t, py)
+				out := t.TempDir()
+				env := append(fixtures(t), "KBUNDLE_PYTEST_VARIANT="+string(v), "PYTHONPATH="+site,
+					"PYTHONDONTWRITEBYTECODE=1", "KBUNDLE_LIBRARY=", "KBUNDLE_CACHE_DIR=", "KBUNDLE_LOCAL_DIR=")
+				so, se, code := testutil.RunMPI(t, v, np, env, "sh", "-c", rankTask, py, testfile, out)
+				launch := fmt.Sprintf("launcher exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+				checkRanks(t, out, np, launch)
+				if code != 0 && !t.Failed() {
+					t.Errorf("%s", launch)
+				}
+			})
+		}
+	}
+}
+
+// srunMPI is srun's --mpi plugin for each MPI build (as test/slurm).
+var srunMPI = map[testutil.Variant]string{testutil.OpenMPI: "pmix", testutil.MPICH: "pmi2"}
+
+// TestPytestUnderSrun runs test_load.py on 2 tasks of `srun` in the test
+// Slurm (scripts/ci/slurm-up.sh), for each MPI build.
+func TestPytestUnderSrun(t *testing.T) {
+	conf := os.Getenv("SLURM_CONF")
+	if _, err := exec.LookPath("srun"); conf == "" || err != nil {
+		msg := "no test Slurm: start one with `eval \"$(scripts/ci/slurm-up.sh)\"`"
+		if testutil.Required("SLURM") {
+			t.Fatalf("KBUNDLE_TEST_SLURM=1 but SLURM_CONF=%q: %s", conf, msg)
+		}
+		t.Skip(msg)
+	}
+	testfile := filepath.Join(testutil.RepoRoot(), "test", "python", "test_load.py")
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			py := python(t, v)
+			site := install(t, py)
+			out := t.TempDir()
+			const np = 2
+			env := append(fixtures(t), "KBUNDLE_PYTEST_VARIANT="+string(v), "PYTHONPATH="+site, "PYTHONDONTWRITEBYTECODE=1")
+			env = append(env, testutil.MPIEnv...)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.LaunchTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "srun", "--mpi="+srunMPI[v], "-n", strconv.Itoa(np), "-O",
+				"sh", "-c", rankTask, py, testfile, out)
+			cmd.Env = append(slurmEnv(), env...)
+			cmd.Dir = out
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+			cmd.WaitDelay = 5 * time.Second
+			b, err := cmd.CombinedOutput()
+			if ctx.Err() != nil {
+				t.Fatalf("srun timed out after %v (a hang is a failure)\n%s", testutil.LaunchTimeout, b)
+			}
+			launch := fmt.Sprintf("srun: %v\n%s", err, b)
+			checkRanks(t, out, np, launch)
+			if err != nil && !t.Failed() {
+				t.Error(launch)
+			}
+		})
+	}
+}
+
+// slurmEnv is the environment without launcher, MPI or kbundle variables
+// (in case the tests run inside an allocation), keeping SLURM_CONF.
+func slurmEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "SLURM_CONF" {
+			for _, p := range []string{"SLURM_", "OMPI_", "PMI_", "PMIX_", "HYDRA_", "KBUNDLE_"} {
+				if strings.HasPrefix(name, p) {
+					name = ""
+					break
+				}
+			}
+			if name == "" {
+				continue
+			}
+		}
+		env = append(env, kv)
+	}
+	return env
+}
