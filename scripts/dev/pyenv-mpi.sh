@@ -34,7 +34,11 @@ if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s <(cat "$req"; echo "MP
 	echo "$PWD/$venv/bin/python"
 	exit 0
 fi
-if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || [ ! -e /usr/include/python3*/Python.h ]; then
+# python3-dev: mpi4py is compiled against Python's headers.
+has_headers() {
+	/usr/bin/python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
+}
+if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || ! has_headers; then
 	if [ "$(id -u)" -ne 0 ]; then
 		echo "kbundle: python3-venv or python3-dev is missing" >&2
 		echo "kbundle: hint: sudo apt-get install -y python3-venv python3-dev" >&2

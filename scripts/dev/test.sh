@@ -8,7 +8,8 @@
 # Slurm daemons are stopped on exit, also when a test fails.
 #
 # Environment: KBUNDLE_FUZZTIME (default 10s a target), KBUNDLE_SKIP_SLURM=1
-# to run without Slurm (its tests then skip).
+# to run without Slurm (its tests then skip). The Python package's tests get
+# their mpi4py environments from scripts/dev/pyenv-mpi.sh (.venv-mpi/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -42,6 +43,16 @@ if [ "${KBUNDLE_SKIP_SLURM:-}" != 1 ]; then
 	trap 'scripts/ci/slurm-down.sh "$state" || true' EXIT
 	eval "$(scripts/ci/slurm-up.sh "$state")"
 fi
+# --- Python package (python/, test/python): mpi4py environments -----------
+# One project-local environment per MPI library, mpi4py built from source
+# with that MPI's mpicc (scripts/dev/pyenv-mpi.sh; pinned in
+# python/requirements-test.txt; a no-op when already up to date).
+# test/python runs pytest under mpirun, mpiexec.hydra and srun with them.
+echo "== python environments (mpi4py)"
+KBUNDLE_PYTHON_OPENMPI=$(scripts/dev/pyenv-mpi.sh openmpi)
+KBUNDLE_PYTHON_MPICH=$(scripts/dev/pyenv-mpi.sh mpich)
+export KBUNDLE_PYTHON_OPENMPI KBUNDLE_PYTHON_MPICH KBUNDLE_TEST_PYTHON=1
+# --- end of the Python package's section ----------------------------------
 mapfile -t system < <(go list ./test/...)
 go test -p 1 -timeout 25m "${system[@]}"
 
