@@ -72,8 +72,8 @@ def library(version: str) -> ctypes.CDLL:
         lib.kbundle_mpi_library.restype = ctypes.c_void_p
         lib.kbundle_free.argtypes = [ctypes.c_void_p]
         lib.kbundle_free.restype = None
-        theirs = version.strip()
-        ours = take_string(lib, lib.kbundle_mpi_library()).strip()
+        theirs = _norm(version)
+        ours = _norm(take_string(lib, lib.kbundle_mpi_library()))
         if ours != theirs:
             raise KbundleMPIError(
                 "mpi",
@@ -83,6 +83,12 @@ def library(version: str) -> ctypes.CDLL:
             )
         _loaded, _loaded_path = lib, str(path)
         return lib
+
+
+def _norm(version: str) -> str:
+    """A version text without NULs (mpi4py may keep the C string's) and
+    with its white space collapsed."""
+    return " ".join(version.replace("\x00", " ").split())
 
 
 def loaded_path() -> str:

@@ -42,7 +42,9 @@ PathArg = Union[str, "os.PathLike[str]"]
 @dataclass(frozen=True)
 class LoadResult:
     """What :func:`load_bundle` did; the same on every rank except
-    ``leader`` and ``mismatch_keys``. Truthy when the bundle was loaded.
+    ``leader``, ``mismatch_keys``, ``seconds`` (each rank's own) and, with
+    nodes whose paths differ, ``dest`` and ``env``. Truthy when the
+    bundle was loaded.
 
     On failure (``ok`` False) ``kind`` is "unusable" (the bundle: missing,
     damaged, untrusted, none configured) or "failed" (a node: destination
@@ -67,8 +69,9 @@ class LoadResult:
     ranks: int = 0
     #: This rank unpacked the bundle for its node.
     leader: bool = False
-    #: The whole call, in seconds; then its phases, which overlap: rank 0
-    #: reading the bundle, the broadcast, the slowest node's unpacking.
+    #: The whole call on this rank, in seconds; then its phases (the same
+    #: on every rank), which overlap: rank 0 reading the bundle, the
+    #: broadcast, the slowest node's unpacking.
     seconds: float = 0.0
     read_seconds: float = 0.0
     bcast_seconds: float = 0.0

@@ -197,7 +197,7 @@ rc=$?
 echo $rc > "$2/rc.$r"
 exit $rc`
 
-var rePassed = regexp.MustCompile(`(?m)^(\d+) passed in `)
+var rePassed = regexp.MustCompile(`(?m)^(\d+) passed in [0-9.]+s`)
 
 // checkRanks fails unless each of np ranks ran every test and passed.
 func checkRanks(t *testing.T, out string, np int, launch string) {
