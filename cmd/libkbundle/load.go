@@ -105,12 +105,54 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 		}
 		return encode(res)
 	}
+	// The timeout bounds the whole call, from the communicator's
+	// duplication on (a rank that never calls load_bundle blocks the
+	// others there already), so it is armed here rather than by load.Run.
+	if d := guardTimeout(r); d > 0 {
+		host, _ := os.Hostname()
+		rank := mpi.World().Rank()
+		t := time.AfterFunc(d, func() {
+			bundle.RemoveTemps()
+			abortJob(fmt.Sprintf("rank %d (%s): load_bundle did not finish within %s (a node or link may be down, or a rank did not call it); aborting the job",
+				rank, host, d))
+		})
+		defer t.Stop()
+	}
 	c, err := mpi.FromFortran(comm)
 	if err != nil {
 		return encode(result{Kind: kindMPI, Reason: err.Error()})
 	}
 	defer c.Free()
-	return encode(run(ctx, broadcast.FromMPI(c), r, abortJob))
+	return encode(run(ctx, broadcast.FromMPI(c), r, nil))
+}
+
+// guardTimeout is the request's timeout as resolve reads it; an invalid
+// one (reported by resolve, agreed over the ranks) gives the default.
+func guardTimeout(r request) time.Duration {
+	d, err := timeout(r, func(k string) string { return r.Environ[k] })
+	if err != nil {
+		return defaultTimeout
+	}
+	return d
+}
+
+// timeout returns the request's timeout: its own, else $KBUNDLE_TIMEOUT,
+// else defaultTimeout; 0 means none.
+func timeout(r request, getenv func(string) string) (time.Duration, error) {
+	switch v := getenv("KBUNDLE_TIMEOUT"); {
+	case r.Timeout != nil:
+		if *r.Timeout < 0 || *r.Timeout > (1<<62)/float64(time.Second) {
+			return 0, fmt.Errorf("timeout=%v: want seconds, 0 (none) or more", *r.Timeout)
+		}
+		return time.Duration(*r.Timeout * float64(time.Second)), nil
+	case v != "":
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("KBUNDLE_TIMEOUT=%q: want a duration such as 10m or 90s", v)
+		}
+		return d, nil
+	}
+	return defaultTimeout, nil
 }
 
 func encode(r result) []byte {
@@ -129,6 +171,8 @@ type plan struct {
 
 // run loads over world as `kbundle load` does; collective. Every rank
 // returns the same result, except the local failures of kind kindMPI.
+// onTimeout is load.Plan.OnTimeout; nil: no timeout here (the caller
+// has one around the whole call).
 func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout func(string)) result {
 	getenv := func(k string) string { return r.Environ[k] }
 	// A job id the same on every rank, for the default destination.
@@ -157,6 +201,9 @@ func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout fun
 			kind = kindUnusable
 		}
 		return failure(kind, agreed)
+	}
+	if onTimeout == nil {
+		p.Timeout = 0 // the caller bounds the call itself
 	}
 	p.OnTimeout = onTimeout
 	sum, err := load.Run(ctx, world, p.Plan)
@@ -194,7 +241,6 @@ func resolve(r request, getenv func(string) string, job string, rank int) (plan,
 	p := plan{Plan: load.Plan{
 		Bundle: r.Bundle, Force: r.Force,
 		Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true,
-		Timeout: defaultTimeout,
 	}}
 	switch v := getenv("KBUNDLE_JOBS"); {
 	case r.Jobs != nil:
@@ -227,20 +273,11 @@ func resolve(r request, getenv func(string) string, job string, rank int) (plan,
 	} else {
 		p.UseRecorded = true
 	}
-	switch {
-	case r.Timeout != nil:
-		if *r.Timeout < 0 || *r.Timeout > (1<<62)/float64(time.Second) {
-			return p, fmt.Errorf("timeout=%v: want seconds, 0 (none) or more", *r.Timeout)
-		}
-		p.Timeout = time.Duration(*r.Timeout * float64(time.Second))
-	case getenv("KBUNDLE_TIMEOUT") != "":
-		v := getenv("KBUNDLE_TIMEOUT")
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return p, fmt.Errorf("KBUNDLE_TIMEOUT=%q: want a duration such as 10m or 90s", v)
-		}
-		p.Timeout = d
+	d, err := timeout(r, getenv)
+	if err != nil {
+		return p, err
 	}
+	p.Timeout = d
 	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {

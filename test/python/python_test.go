@@ -315,3 +315,44 @@ func slurmEnv() []string {
 	}
 	return env
 }
+
+// TestTimeoutAborts: when a rank never calls load_bundle, the others end
+// the job with MPI_Abort once the timeout runs out, saying so, instead of
+// hanging; nothing is left in the destination's directory.
+func TestTimeoutAborts(t *testing.T) {
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "hang_prog.py")
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			py := python(t, v)
+			site := install(t, py)
+			env := fixtures(t)
+			var file, work string
+			for _, kv := range env {
+				if k, val, _ := strings.Cut(kv, "="); k == "KBUNDLE_PYTEST_BUNDLE" {
+					file = val
+				} else if k == "KBUNDLE_PYTEST_WORK" {
+					work = val
+				}
+			}
+			dest := filepath.Join(work, "dest")
+			start := time.Now()
+			so, se, code := testutil.RunMPI(t, v, 2, []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"},
+				py, prog, file, dest, "2")
+			took := time.Since(start)
+			out := fmt.Sprintf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", code, took, so, se)
+			if code == 0 || strings.Contains(so, "returned") {
+				t.Fatalf("the job did not abort: %s", out)
+			}
+			if !strings.Contains(se, "kbundle: rank 0 (") || !strings.Contains(se, "load_bundle did not finish within 2s") {
+				t.Errorf("no timeout message: %s", out)
+			}
+			if took > 60*time.Second {
+				t.Errorf("took %v to abort after a 2 s timeout", took)
+			}
+			if ents, _ := os.ReadDir(work); len(ents) != 0 {
+				t.Errorf("left behind in %s: %v", work, ents)
+			}
+			t.Logf("aborted after %v", took.Round(time.Millisecond))
+		})
+	}
+}
