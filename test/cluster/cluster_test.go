@@ -308,6 +308,8 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 			"--mca", "plm_rsh_agent", agent,
 			"--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
 			"--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none",
+			// every rank's own exit status, not mpirun's kill of the others
+			"--mca", "orte_abort_on_non_zero_status", "0",
 			"--host", c.hostList(), "-np", strconv.Itoa(np)}
 		return append(a, argv...)
 	default:
@@ -350,7 +352,7 @@ r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-x}}}
 h=$(hostname)
 ` + run + `
 rc=$?
-echo "$h $rc" >"$d/rc.$r"
+echo "$h $rc" >"$d/.rc.$r" && mv "$d/.rc.$r" "$d/rc.$r"
 exit $rc
 `
 	w := &wrapper{script: filepath.Join(dir, "wrap.sh"), dir: dir}
