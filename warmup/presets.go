@@ -52,6 +52,10 @@ type Preset struct {
 	Writable bool `json:"writable"`
 
 	relocate func(dest, origin string) error
+	// hitWrite reports whether a file the framework writes (or removes)
+	// in its cache on a cache hit is only bookkeeping, not a rebuild (pocl's
+	// empty last_accessed stamps). Check ignores those.
+	hitWrite func(c Change) bool
 }
 
 // Presets returns the whole table, sorted by name. The returned presets
