@@ -150,19 +150,19 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	bpath := o.Bundle
 	if bpath == "" {
 		bpath = filepath.Join(tmp, "check.kbundle")
-		if _, err := bundle.Pack(dir, bpath, &bundle.PackOptions{
+		if _, err := bundle.Pack(ctx, dir, bpath, &bundle.PackOptions{
 			Exclude: o.Exclude, Preset: PresetNames(o.Presets),
 		}); err != nil {
 			return nil, fmt.Errorf("check: packing %s: %w", dir, err)
 		}
 	}
-	rc, err := bundle.Open(bpath)
+	rc, err := bundle.Open(bpath, &bundle.OpenOptions{Trusted: true}) // as load opens it
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
 	defer rc.Close()
 	res = &CheckResult{Copy: filepath.Join(tmp, "cache"), Origin: rc.Meta()[bundle.MetaOrigin]}
-	if _, err := rc.Extract(res.Copy, nil); err != nil {
+	if _, err := rc.Extract(ctx, res.Copy, nil); err != nil {
 		return nil, fmt.Errorf("check: extracting %s: %w", bpath, err)
 	}
 	if res.Origin == "" {

@@ -167,7 +167,7 @@ func TestCheckExistingBundle(t *testing.T) {
 	ps := tack(t)
 	dir := warmToy(t, toyGood, ps)
 	out := filepath.Join(dir, "cache.kbundle")
-	if _, err := bundle.Pack(dir, out, &bundle.PackOptions{Preset: "tack"}); err != nil {
+	if _, err := bundle.Pack(context.Background(), dir, out, &bundle.PackOptions{Preset: "tack"}); err != nil {
 		t.Fatal(err)
 	}
 	res, log, err := check(t, dir, toyGood+`; ls -R "$TACK_CACHE_DIR/.."`, ps, out)

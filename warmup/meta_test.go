@@ -1,6 +1,7 @@
 package warmup
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -76,10 +77,10 @@ func TestMissingContentBundle(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "numba", "x"), 0o700)
 	os.WriteFile(filepath.Join(dir, "numba", "x", "f.nbi"), []byte("i"), 0o600)
 	out := filepath.Join(t.TempDir(), "b.kbundle")
-	if _, err := bundle.Pack(dir, out, &bundle.PackOptions{Preset: "numba"}); err != nil {
+	if _, err := bundle.Pack(context.Background(), dir, out, &bundle.PackOptions{Preset: "numba"}); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := bundle.Open(out)
+	rc, err := bundle.Open(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

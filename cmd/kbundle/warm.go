@@ -139,7 +139,7 @@ func warm(c *cli.Context) error {
 // and maps its verdict to kbundle's exit status.
 func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*warmup.Preset) error {
 	warmInfo("check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
-	res, err := warmup.Check(context.Background(), &warmup.CheckOptions{
+	res, err := warmup.Check(c.Context, &warmup.CheckOptions{
 		Dir: dir, Bundle: bundlePath, Exclude: c.StringSlice("exclude"), Presets: presets,
 		Argv: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	})

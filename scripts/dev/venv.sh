@@ -24,13 +24,19 @@ if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s "$req" "$stamp"; then
 	echo "$PWD/$venv/bin/python"
 	exit 0
 fi
-if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+# Debian's venv module, and Python's headers for building mpi4py.
+need=()
+/usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+[ -e "$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] || need+=(python3-dev)
+if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "kbundle: python3-venv is missing" >&2
-		echo "kbundle: hint: sudo apt-get install -y python3-venv" >&2
+		echo "kbundle: missing packages: ${need[*]}" >&2
+		echo "kbundle: hint: sudo apt-get install -y ${need[*]}" >&2
 		exit 1
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 command -v "$MPICC" >/dev/null || { echo "kbundle: $MPICC not found (mpi4py is built with it)" >&2; exit 1; }
 
