@@ -1,6 +1,7 @@
 package warmup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/kbundle/kbundle/bundle"
 )
@@ -64,13 +66,17 @@ type CheckResult struct {
 	Rewritten []Change
 	Removed   []Change
 	Ignored   []Change
+	// Refused lists lines of the run's output in which a framework said
+	// it refused an entry it found (see Preset.refusals): the file stays,
+	// so only the message tells. Up to 10 are kept.
+	Refused []string
 }
 
 // Reused reports whether the check run succeeded and neither wrote,
 // rewrote nor removed anything in the copy beyond the frameworks'
 // bookkeeping.
 func (r *CheckResult) Reused() bool {
-	return r.Run != nil && !r.Run.Failed() && r.Files > 0 &&
+	return r.Run != nil && !r.Run.Failed() && r.Files > 0 && len(r.Refused) == 0 &&
 		len(r.Written) == 0 && len(r.Rewritten) == 0 && len(r.Removed) == 0
 }
 
@@ -94,6 +100,14 @@ func (r *CheckResult) Report(w io.Writer, max int) {
 		}
 		fmt.Fprintf(w, "kbundle: check: reused: a fresh run against a copy at another path (%s) wrote nothing into its %d files%s\n",
 			r.Copy, r.Files, extra)
+		return
+	}
+	if len(r.Refused) > 0 {
+		fmt.Fprintf(w, "kbundle: check: NOT reused: the framework refused entries it found in the copy at %s:\n", r.Copy)
+		for _, l := range r.Refused {
+			fmt.Fprintf(w, "kbundle:   %s\n", l)
+		}
+		fmt.Fprintf(w, "kbundle: hint: the framework compiled again although the entries are there; see docs/presets.md for this framework (JAX on CPUs: jax-ml/jax#38445)\n")
 		return
 	}
 	fmt.Fprintf(w, "kbundle: check: NOT reused: a fresh run against a copy at another path (%s) added %d, rewrote %d and removed %d of its %d files\n",
@@ -188,14 +202,20 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if res.Files == 0 {
 		return res, ErrNothingToCheck
 	}
+	watch := &refusalWatcher{signs: refusals(o.Presets)}
+	stdout, stderr := o.Stdout, o.Stderr
+	if len(watch.signs) > 0 {
+		stdout, stderr = watch.tee(o.Stdout), watch.tee(o.Stderr)
+	}
 	run, err := Run(ctx, &Options{
 		Argv: o.Argv, Env: env, Dir: res.Copy,
-		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr,
+		Stdin: o.Stdin, Stdout: stdout, Stderr: stderr,
 	})
 	if err != nil {
 		return nil, err
 	}
 	res.Run = run
+	res.Refused = watch.found()
 	if run.Failed() {
 		return res, nil
 	}
@@ -239,4 +259,75 @@ func PresetNames(ps []*Preset) string {
 		names[i] = p.Name
 	}
 	return strings.Join(names, ",")
+}
+
+func refusals(presets []*Preset) []string {
+	var out []string
+	for _, p := range presets {
+		for _, q := range p.closure() {
+			out = append(out, q.refusals...)
+		}
+	}
+	return out
+}
+
+// refusalWatcher passes a run's output through and keeps the lines that
+// hold one of signs. Lines are matched whole, split on newlines, however
+// the writes cut them.
+type refusalWatcher struct {
+	signs []string
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *refusalWatcher) tee(w io.Writer) io.Writer {
+	return &lineMatcher{r: r, out: w}
+}
+
+func (r *refusalWatcher) found() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lines
+}
+
+type lineMatcher struct {
+	r    *refusalWatcher
+	out  io.Writer
+	part []byte
+}
+
+func (m *lineMatcher) Write(p []byte) (int, error) {
+	m.part = append(m.part, p...)
+	for {
+		i := bytes.IndexByte(m.part, '\n')
+		if i < 0 {
+			break
+		}
+		m.match(string(m.part[:i]))
+		m.part = m.part[i+1:]
+	}
+	if len(m.part) > 4096 { // a very long line: match what we have
+		m.match(string(m.part))
+		m.part = m.part[:0]
+	}
+	if m.out == nil {
+		return len(p), nil
+	}
+	return m.out.Write(p)
+}
+
+func (m *lineMatcher) match(line string) {
+	for _, s := range m.r.signs {
+		if strings.Contains(line, s) {
+			m.r.mu.Lock()
+			if len(m.r.lines) < 10 {
+				if len(line) > 300 {
+					line = line[:300] + "..."
+				}
+				m.r.lines = append(m.r.lines, strings.TrimSpace(line))
+			}
+			m.r.mu.Unlock()
+			return
+		}
+	}
 }

@@ -224,3 +224,47 @@ func TestCheckNoCommand(t *testing.T) {
 		t.Errorf("err %v", err)
 	}
 }
+
+// JAX keeps an entry that XLA:CPU's AOT loader refused (jax-ml/jax#38445)
+// and compiles again without writing: only the log line tells, and Check
+// reports it as not reused.
+func TestCheckRefusedEntry(t *testing.T) {
+	p, _ := Lookup("jax")
+	ps := []*Preset{p}
+	dir := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(filepath.Join(dir, "jax"), 0o700)
+	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-cache"), []byte("entry"), 0o600)
+	loader := `printf 'E1130 cpu_aot_loader.cc:195] Loading XLA:CPU AOT result. Target machine feature +prefer-no-gather is not supported on the host machine.\n' >&2`
+	res, out, err := check(t, dir, loader, ps, "")
+	if !errors.Is(err, ErrNotReused) || len(res.Refused) != 1 || len(res.Written) != 0 {
+		t.Fatalf("err %v, refused %q, written %v\n%s", err, res.Refused, paths(res.Written), out)
+	}
+	if !strings.Contains(out, "Target machine feature") {
+		t.Errorf("the run's stderr was not passed through: %q", out)
+	}
+	var rep bytes.Buffer
+	res.Report(&rep, 10)
+	if !strings.Contains(rep.String(), "NOT reused: the framework refused entries") || !strings.Contains(rep.String(), "+prefer-no-gather") {
+		t.Errorf("report:\n%s", rep.String())
+	}
+	// The same line from a preset that does not know it is just output.
+	res, _, err = check(t, warmToy(t, toyGood, tack(t)), toyGood+"; "+loader, tack(t), "")
+	if err != nil || !res.Reused() {
+		t.Errorf("tack: err %v refused %q", err, res.Refused)
+	}
+}
+
+func TestLineMatcherSplitWrites(t *testing.T) {
+	w := &refusalWatcher{signs: []string{"needle"}}
+	var out bytes.Buffer
+	m := w.tee(&out)
+	for _, part := range []string{"hay ne", "edle hay\nother\nnee", "dle\n"} {
+		m.Write([]byte(part))
+	}
+	if got := w.found(); len(got) != 2 || got[0] != "hay needle hay" || got[1] != "needle" {
+		t.Errorf("found %q", got)
+	}
+	if out.String() != "hay needle hay\nother\nneedle\n" {
+		t.Errorf("passed through %q", out.String())
+	}
+}

@@ -79,6 +79,14 @@ var table = []*Preset{
 			"by default the cache key contains the cache directory's absolute path (XLA's per-fusion autotune cache dir, put into the hashed compile options): kbundle sets JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none so entries are path-independent",
 			"CPU backend: the XLA:CPU AOT loader may reject every entry on some CPUs (+prefer-no-gather, jax-ml/jax#38445); kbundle warm --check shows it",
 		},
+		// JAX keeps a refused entry's file (LRUCache.put skips an existing
+		// key), so only its messages tell: the XLA:CPU AOT loader's E-level
+		// log line and JAX's own warning for an unreadable entry.
+		refusals: []string{
+			"Machine type used for XLA:CPU compilation doesn't match",
+			"Target machine feature",
+			"Error reading persistent compilation cache entry",
+		},
 	},
 	{
 		Name:      "numba",
