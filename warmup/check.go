@@ -203,9 +203,14 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 		return res, ErrNothingToCheck
 	}
 	watch := &refusalWatcher{signs: refusals(o.Presets)}
+	// Only stderr is watched (XLA's log and Python's warnings go there);
+	// stdout stays the caller's own file. One writer for both stays one.
 	stdout, stderr := o.Stdout, o.Stderr
 	if len(watch.signs) > 0 {
-		stdout, stderr = watch.tee(o.Stdout), watch.tee(o.Stderr)
+		stderr = watch.tee(o.Stderr)
+		if o.Stdout != nil && o.Stdout == o.Stderr {
+			stdout = stderr
+		}
 	}
 	run, err := Run(ctx, &Options{
 		Argv: o.Argv, Env: env, Dir: res.Copy,
