@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
 
@@ -24,8 +25,8 @@ func init() {
 	register(&cli.Command{
 		Name:      "pack",
 		Usage:     "pack a cache directory into one bundle file",
-		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]...",
-		Flags:     []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag},
+		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]... [--preset NAME]...",
+		Flags:     []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, presetFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("pack takes no arguments (got %q); use --dir", c.Args().First()), exitUsage)
@@ -34,9 +35,17 @@ func init() {
 			if dir == "" {
 				return cli.Exit("no cache directory: pass --dir DIR or set KBUNDLE_CACHE_DIR", exitUsage)
 			}
-			res, err := packDir(c, dir, c.String("output"), "")
+			// Recorded in the bundle so that load applies them by default.
+			presets, err := lookupPresets(c.StringSlice("preset"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
+			res, err := packDir(c, dir, c.String("output"), presetNames(presets))
 			if err != nil {
 				return err
+			}
+			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
+				warmWarn("%s holds nothing for preset %s: was it filled by that framework?", dir, presetNames(missing))
 			}
 			printPackResult(res)
 			return nil
