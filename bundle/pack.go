@@ -141,7 +141,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 		return nil, err
 	}
 	if msg := pol.statProblem("directory", dir, &st); msg != "" {
-		res.Writable = append(res.Writable, msg)
+		res.Writable = append(res.Writable, dir+": "+msg)
 	} else if err := checkTrustDir(dir); err != nil {
 		res.Writable = append(res.Writable, err.Error())
 	}
@@ -327,7 +327,7 @@ func (t *treeWalk) note(pf *packFile, st *unix.Stat_t, what, abs string) {
 		t.newest = pf.mtime
 	}
 	if msg := t.pol.statProblem(what, abs, st); msg != "" {
-		t.res.Writable = append(t.res.Writable, msg)
+		t.res.Writable = append(t.res.Writable, pf.rel+": "+msg)
 	}
 }
 
