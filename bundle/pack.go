@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -94,9 +95,12 @@ var errChanged = errors.New("changed while being packed")
 // artifacts have: libz.so -> libz.so.1) is stored as a copy of that file
 // (PackResult.Copied); other symlinks, devices, sockets and FIFOs are not
 // stored and are listed in PackResult.Skipped.
-func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
+func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	if opt == nil {
 		opt = &PackOptions{}
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
@@ -156,7 +160,13 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	}
 
 	outDir := filepath.Dir(out)
-	tmp, err := os.CreateTemp(outDir, tempPrefix(out)+"*")
+	RemoveStale(outDir) // best effort, as in Stage
+	tempsMu.Lock()
+	tmp, err := os.CreateTemp(outDir, tempPattern(filepath.Base(out)))
+	if err == nil {
+		temps[tmp.Name()] = false
+	}
+	tempsMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("cannot write the bundle: %w", err)
 	}
@@ -165,6 +175,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 			tmp.Close()
 			os.Remove(tmp.Name())
 		}
+		untrack(tmp.Name())
 	}()
 	w := NewWriter(tmp, &WriterOptions{Level: opt.Level, Jobs: opt.Jobs, SegmentSize: opt.SegmentSize})
 	for k, v := range meta {
@@ -177,7 +188,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 			return nil, inFile(err, dir)
 		}
 	}
-	if err := writeFiles(w, rootFD, files, opt, res); err != nil {
+	if err := writeFiles(ctx, w, rootFD, files, opt, res); err != nil {
 		return nil, inFile(err, dir)
 	}
 	if err := w.Close(); err != nil {
@@ -213,7 +224,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	return res, nil
 }
 
-func tempPrefix(out string) string { return "." + filepath.Base(out) + ".tmp-" }
+func tempPrefix(out string) string { return "." + filepath.Base(out) + tempTag }
 
 // treeWalk lists a tree through directory descriptors.
 type treeWalk struct {
@@ -491,7 +502,7 @@ type readResult struct {
 // writeFiles adds files in data order (extension, then name), read by a
 // pool of workers with a bounded window and consumed in order, so the
 // output does not depend on the number of workers.
-func writeFiles(w *Writer, rootFD int, files []packFile, opt *PackOptions, res *PackResult) error {
+func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, opt *PackOptions, res *PackResult) error {
 	order := slices.Clone(files)
 	slices.SortStableFunc(order, func(a, b packFile) int {
 		if c := strings.Compare(path.Ext(a.rel), path.Ext(b.rel)); c != 0 {
@@ -533,6 +544,9 @@ func writeFiles(w *Writer, rootFD int, files []packFile, opt *PackOptions, res *
 	}()
 	var done int64
 	for i, f := range order {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		r := <-results[i]
 		<-slots
 		if r.err != nil {

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,7 @@ func TestPackSymlinkRace(t *testing.T) {
 	out := filepath.Join(base, "p.kbundle")
 	var ok, failed int
 	for i := 0; i < 200; i++ {
-		_, err := Pack(cache, out, &PackOptions{Host: fixedHost, Jobs: 2})
+		_, err := Pack(context.Background(), cache, out, &PackOptions{Host: fixedHost, Jobs: 2})
 		if err != nil {
 			if !errors.Is(err, errChanged) {
 				stop.Store(true)
@@ -108,7 +109,7 @@ func TestPackSymlinks(t *testing.T) {
 	if res.Unique != 1 || res.RawBytes != 4*int64(len(body)) {
 		t.Errorf("unique=%d raw=%d: the copies must share one blob", res.Unique, res.RawBytes)
 	}
-	rc, err := Open(out)
+	rc, err := Open(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestPackReportsWritableAndUntrusted(t *testing.T) {
 	outDir := filepath.Join(t.TempDir(), "pub")
 	os.Mkdir(outDir, 0o755)
 	os.Chmod(outDir, 0o777)
-	res, err := Pack(src, filepath.Join(outDir, "b.kbundle"), &PackOptions{Host: fixedHost})
+	res, err := Pack(context.Background(), src, filepath.Join(outDir, "b.kbundle"), &PackOptions{Host: fixedHost})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestPackReportsWritableAndUntrusted(t *testing.T) {
 	os.Chmod(outDir, 0o755)
 	os.Chmod(filepath.Join(src, "shared"), 0o755)
 	os.Chmod(filepath.Join(src, "w"), 0o644)
-	res, err = Pack(src, filepath.Join(outDir, "b.kbundle"), &PackOptions{Host: fixedHost})
+	res, err = Pack(context.Background(), src, filepath.Join(outDir, "b.kbundle"), &PackOptions{Host: fixedHost})
 	if err != nil || res.Untrusted != nil || len(res.Writable) != 0 {
 		t.Fatalf("private tree: %v, %v, %q", err, res.Untrusted, res.Writable)
 	}
@@ -201,12 +202,12 @@ func TestJobsBounded(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "k"), []byte("k"), 0o644)
 	out, _ := pack(t, src, &PackOptions{Jobs: 1 << 59})
-	rc, err := Open(out)
+	rc, err := Open(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	if _, err := rc.Extract(filepath.Join(t.TempDir(), "d"), &ExtractOptions{Jobs: 1 << 59}); err != nil {
+	if _, err := rc.Extract(context.Background(), filepath.Join(t.TempDir(), "d"), &ExtractOptions{Jobs: 1 << 59}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,9 +1,7 @@
 package bundle
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -146,8 +144,9 @@ func gidName(gid uint32) string {
 // to it and every symlink it goes through could only have been written by
 // you or root (see the rules above). It returns an error wrapping
 // ErrUntrusted that names the offending path, its owner or mode, and the
-// fix. To check and then read the same file, use OpenTrusted: a check by
-// path followed by a second open is a race.
+// fix. To check and then read the same file, use Open with
+// OpenOptions.Trusted (or OpenTrusted): a check by path followed by a second
+// open is a race.
 func CheckTrust(path string) error {
 	f, err := OpenTrusted(path)
 	if err != nil {
@@ -160,12 +159,12 @@ func CheckTrust(path string) error {
 // component by component on open descriptors, that it is trusted (see
 // CheckTrust). The returned file is the one that was checked.
 func OpenTrusted(path string) (*os.File, error) {
-	return openTrusted(path, false)
+	return openTrustedPath(path, false)
 }
 
 // checkTrustDir is CheckTrust for a directory.
 func checkTrustDir(path string) error {
-	f, err := openTrusted(path, true)
+	f, err := openTrustedPath(path, true)
 	if err != nil {
 		return err
 	}
@@ -177,7 +176,7 @@ type dirFD struct {
 	path string
 }
 
-func openTrusted(name string, wantDir bool) (_ *os.File, err error) {
+func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
 	p, err := policy()
 	if err != nil {
 		return nil, err
@@ -316,45 +315,4 @@ func readlinkat(dirfd int, name string) (string, error) {
 			return "", unix.ENAMETOOLONG
 		}
 	}
-}
-
-// ReadFile reads and checks the bundle at path as the loader does: one
-// trusted open (OpenTrusted), the header and trailer read before anything
-// is allocated for the whole file, one sequential read, then the index and
-// whole-file digest. It returns the bundle's bytes, ready for
-// NewReaderBytes or a broadcast.
-func ReadFile(path string) ([]byte, error) {
-	f, err := OpenTrusted(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	size := fi.Size()
-	if size < 0 || uint64(size) > MaxDataLen {
-		return nil, &Error{File: path, Err: ErrTooLarge, Msg: fmt.Sprintf("%d bytes", size)}
-	}
-	// Parse the header, trailer and index through the file first: a large
-	// file that is not a bundle is refused before its size is allocated.
-	if _, err := newReader(f, size, path); err != nil {
-		return nil, err
-	}
-	b := make([]byte, size)
-	if _, err := f.ReadAt(b, 0); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &Error{File: path, Err: ErrFormat, Msg: "file shrank while being read"}
-		}
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	r, err := NewReaderBytes(b)
-	if err != nil {
-		return nil, inFile(err, path)
-	}
-	if err := r.VerifyFileDigest(); err != nil {
-		return nil, inFile(err, path)
-	}
-	return b, nil
 }

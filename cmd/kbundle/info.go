@@ -15,7 +15,7 @@ func openArg(c *cli.Context, usage string) (*bundle.ReadCloser, error) {
 	if c.NArg() != 1 {
 		return nil, cli.Exit("usage: "+usage, exitUsage)
 	}
-	rc, err := bundle.Open(c.Args().First())
+	rc, err := bundle.Open(c.Args().First(), nil)
 	if err != nil {
 		return nil, bundleExit(err)
 	}
