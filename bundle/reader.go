@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -44,8 +45,15 @@ type cachedSeg struct {
 // ReadCloser is a Reader over a file opened by Open.
 type ReadCloser struct {
 	*Reader
-	f *os.File
+	f         *os.File
+	untrusted error
 }
+
+// Untrusted says why Open with Trusted would have refused the bundle
+// (ErrUntrusted), or returns nil. Open without Trusted still walks the
+// path as the trusted open does, so that commands that only read a bundle
+// (info, ls, verify) can report it.
+func (rc *ReadCloser) Untrusted() error { return rc.untrusted }
 
 // Close closes the bundle file.
 func (rc *ReadCloser) Close() error { return rc.f.Close() }
@@ -71,11 +79,12 @@ func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
 	// Trusted: the path is opened component by component and each is
 	// checked on its descriptor (OpenTrusted, trust.go).
 	var f *os.File
-	var err error
+	var err, untrusted error
 	if opt.Trusted {
 		f, err = OpenTrusted(name)
-	} else {
+	} else if f, untrusted, err = openTrustedPath(name, false, false); err != nil && !errors.Is(err, ErrFormat) {
 		f, err = os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		untrusted = nil
 	}
 	if err != nil {
 		return nil, err
@@ -94,7 +103,7 @@ func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
 		f.Close()
 		return nil, err
 	}
-	return &ReadCloser{Reader: r, f: f}, nil
+	return &ReadCloser{Reader: r, f: f, untrusted: untrusted}, nil
 }
 
 // NewReader reads a bundle of the given size from r.

@@ -159,12 +159,13 @@ func CheckTrust(path string) error {
 // component by component on open descriptors, that it is trusted (see
 // CheckTrust). The returned file is the one that was checked.
 func OpenTrusted(path string) (*os.File, error) {
-	return openTrustedPath(path, false)
+	f, _, err := openTrustedPath(path, false, true)
+	return f, err
 }
 
 // checkTrustDir is CheckTrust for a directory.
 func checkTrustDir(path string) error {
-	f, err := openTrustedPath(path, true)
+	f, _, err := openTrustedPath(path, true, true)
 	if err != nil {
 		return err
 	}
@@ -176,18 +177,25 @@ type dirFD struct {
 	path string
 }
 
-func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
+// openTrustedPath opens name (a regular file, or a directory if wantDir)
+// component by component. strict: the first untrusted component is the
+// error. Otherwise the walk goes on and the first problem is returned as
+// untrusted beside the opened file, for commands that only read a bundle
+// and report whether load would accept it.
+func openTrustedPath(name string, wantDir, strict bool) (_ *os.File, untrusted, err error) {
 	p, err := policy()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	abs, err := filepath.Abs(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	root, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	// O_PATH: a directory may be searchable but not readable (a 0711
+	// home); lookups and fstat need no more.
+	root, err := unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: "/", Err: err}
+		return nil, nil, &os.PathError{Op: "open", Path: "/", Err: err}
 	}
 	stack := []dirFD{{root, "/"}}
 	defer func() {
@@ -195,18 +203,29 @@ func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
 			unix.Close(d.fd)
 		}
 	}()
+	// problem records an untrusted component; in strict mode it stops.
+	problem := func(path, msg string) error {
+		e := &Error{File: path, Err: ErrUntrusted, Msg: msg}
+		if untrusted == nil {
+			untrusted = e
+		}
+		if strict {
+			return e
+		}
+		return nil
+	}
 	check := func(fd int, what, path string) error {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
 		if msg := p.statProblem(what, path, &st); msg != "" {
-			return &Error{File: path, Err: ErrUntrusted, Msg: msg}
+			return problem(path, msg)
 		}
 		return nil
 	}
 	if err := check(root, "directory", "/"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	comps := splitPath(abs)
 	links := 0
@@ -227,21 +246,23 @@ func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
 		path := filepath.Join(top.path, c)
 		var st unix.Stat_t
 		if err := unix.Fstatat(top.fd, c, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+			return nil, nil, &os.PathError{Op: "stat", Path: path, Err: err}
 		}
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			// The directory holding the link passed the check, so only a
 			// trusted user could have put it there, unless the directory
 			// is sticky: then the link's owner must be trusted too.
 			if msg := p.statProblem("symlink", path, &st); msg != "" {
-				return nil, &Error{File: path, Err: ErrUntrusted, Msg: msg}
+				if err := problem(path, msg); err != nil {
+					return nil, nil, err
+				}
 			}
 			if links++; links > maxLinks {
-				return nil, &os.PathError{Op: "open", Path: abs, Err: unix.ELOOP}
+				return nil, nil, &os.PathError{Op: "open", Path: abs, Err: unix.ELOOP}
 			}
 			target, err := readlinkat(top.fd, c)
 			if err != nil {
-				return nil, &os.PathError{Op: "readlink", Path: path, Err: err}
+				return nil, nil, &os.PathError{Op: "readlink", Path: path, Err: err}
 			}
 			if filepath.IsAbs(target) {
 				for _, d := range stack[1:] {
@@ -253,13 +274,13 @@ func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
 			continue
 		}
 		if len(comps) > 0 || wantDir {
-			fd, err := unix.Openat(top.fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			fd, err := unix.Openat(top.fd, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			if err != nil {
-				return nil, &os.PathError{Op: "open", Path: path, Err: err}
+				return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
 			}
 			stack = append(stack, dirFD{fd, path})
 			if err := check(fd, "directory", path); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
@@ -268,35 +289,34 @@ func openTrustedPath(name string, wantDir bool) (_ *os.File, err error) {
 		// a symlink a moment ago; if it is one now, someone is racing us.
 		fd, err := unix.Openat(top.fd, c, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+			return nil, nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 		f := os.NewFile(uintptr(fd), name)
 		var fst unix.Stat_t
 		if err := unix.Fstat(fd, &fst); err != nil {
 			f.Close()
-			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+			return nil, nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
 		if fst.Mode&unix.S_IFMT != unix.S_IFREG {
 			f.Close()
-			return nil, &Error{File: name, Err: ErrFormat, Msg: "not a regular file"}
+			return nil, nil, &Error{File: name, Err: ErrFormat, Msg: "not a regular file"}
 		}
 		if err := check(fd, "file", name); err != nil {
 			f.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		return f, nil
+		return f, untrusted, nil
 	}
 	// The path ended on a directory.
 	top := stack[len(stack)-1]
 	if !wantDir {
-		return nil, &Error{File: name, Err: ErrFormat, Msg: "not a regular file"}
+		return nil, nil, &Error{File: name, Err: ErrFormat, Msg: "not a regular file"}
 	}
-	fd, err := unix.Dup(top.fd)
+	fd, err := unix.Openat(top.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, &os.PathError{Op: "open", Path: name, Err: err}
 	}
-	unix.CloseOnExec(fd)
-	return os.NewFile(uintptr(fd), name), nil
+	return os.NewFile(uintptr(fd), name), untrusted, nil
 }
 
 func splitPath(p string) []string { return strings.Split(p, "/") }
