@@ -19,6 +19,9 @@ func openArg(c *cli.Context, usage string) (*bundle.ReadCloser, error) {
 	if err != nil {
 		return nil, bundleExit(err)
 	}
+	if u := rc.Untrusted(); u != nil {
+		fmt.Fprintf(os.Stderr, "kbundle: warning: extract and load will refuse this bundle: %v\n", u)
+	}
 	return rc, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -102,6 +103,16 @@ func warm(c *cli.Context) error {
 	for _, kv := range vars {
 		warmInfo("setting %s", kv)
 	}
+	// Always tell the command where the cache is: with no preset it is
+	// all it gets, and an application may read it itself.
+	if abs, err := filepath.Abs(dir); err == nil {
+		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KBUNDLE_CACHE_DIR=") }),
+			"KBUNDLE_CACHE_DIR="+abs)
+		warmInfo("setting KBUNDLE_CACHE_DIR=%s", abs)
+	}
+	if len(presets) == 0 {
+		warmWarn("no --preset: no framework cache variable was set; the command gets only KBUNDLE_CACHE_DIR and must use it itself, or it will run cold (see kbundle presets)")
+	}
 
 	var skip []string
 	if out != "" {
@@ -127,7 +138,7 @@ func warm(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		printPackResult(pres)
+		printPackResult(dir, pres)
 	}
 	if c.Bool("check") {
 		return warmCheck(c, dir, out, argv, presets)
