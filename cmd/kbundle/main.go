@@ -1,13 +1,24 @@
 // Command kbundle packs a compiled-kernel cache directory into one bundle
 // file and loads it on every node of an MPI job. See docs/usage.md.
+//
+// Each command lives in the file of its name (pack.go, info.go, ...).
+// What several commands share lives in a file named for what it is:
+// flags.go (flag definitions), args.go (flags after arguments), open.go
+// (opening the bundle argument), errors.go (exit statuses and hints),
+// output.go (formatting and escaping), progress.go (progress display) and
+// presets.go (the presets command and --preset parsing). Every command
+// writes through the app's Writer and ErrWriter, so that run can be
+// called in process with any writers.
 package main
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -20,16 +31,40 @@ const (
 	exitUnusable = 3 // bundle missing, damaged or untrusted
 )
 
-// commands is filled by each command's file (one file per command).
+// docsURL is where an installed binary's users find the documentation.
+const docsURL = "https://github.com/kbundle/kbundle/blob/main/docs/usage.md"
+
+// commands is filled by each command's file.
 var commands []*cli.Command
 
+// register adds a command; a bad flag of a command is a usage error.
 func register(c *cli.Command) {
-	if c.OnUsageError == nil { // a bad flag of a command is a usage error too
-		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), exitUsage) }
+	if c.OnUsageError == nil {
+		c.OnUsageError = usageError
 	}
 	commands = append(commands, c)
 }
 
+// usageError turns urfave/cli's flag errors into exit 2, with the double
+// dash users type and a pointer to the command's help.
+func usageError(c *cli.Context, err error, _ bool) error {
+	msg := strings.Replace(err.Error(), "not defined: -", "not defined: --", 1)
+	msg = strings.Replace(msg, "not defined: ---", "not defined: -", 1)
+	if c.Command != nil && c.Command.Name != "" {
+		msg += fmt.Sprintf(" (see kbundle %s --help)", c.Command.Name)
+	} else {
+		msg += " (see kbundle --help)"
+	}
+	return cli.Exit(msg, exitUsage)
+}
+
+func init() {
+	// -v means --verbose in the commands that have it, never --version.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and the MPI library"}
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer, false) }
+}
+
+// version is the module version kbundle was built as, or "devel".
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
@@ -37,37 +72,46 @@ func version() string {
 	return "devel"
 }
 
-func newApp() *cli.App {
+// newApp builds the CLI definition, writing to stdout and stderr. The man
+// page and the shell completion are generated from it too.
+func newApp(stdout, stderr io.Writer) *cli.App {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
 	return &cli.App{
-		Name:    "kbundle",
-		Usage:   "start an MPI job with a warm compiled-kernel cache",
-		Version: version(),
+		Name:     "kbundle",
+		HelpName: "kbundle",
+		Usage:    "start an MPI job with a warm compiled-kernel cache",
+		Version:  version(),
 		Description: "Exit status: 0 ok, 1 error, 2 usage error, 3 bundle unusable " +
-			"(missing, damaged or untrusted). See docs/usage.md.",
-		Commands:        commands,
-		HideHelpCommand: true,
-		Action: func(c *cli.Context) error { // reached with an unknown command
+			"(missing, damaged or untrusted). Flags may come before or after arguments.\n" +
+			"Documentation: " + docsURL,
+		Commands:             commands,
+		EnableBashCompletion: true,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		Action: func(c *cli.Context) error { // reached without a command, or with an unknown one
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("unknown command %q (see kbundle --help)", c.Args().First()), exitUsage)
 			}
-			return cli.ShowAppHelp(c)
+			return cli.Exit("usage: kbundle COMMAND [flags] [arguments] (see kbundle --help)", exitUsage)
 		},
-		ExitErrHandler: func(*cli.Context, error) {}, // main prints and exits
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), exitUsage)
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: unknown command %q (see kbundle --help)\n", name)
 		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run prints and exits
+		OnUsageError:   usageError,
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args))
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
-// run executes the CLI and maps errors to exit codes; every message is
-// printed once to stderr as "kbundle: ...".
-func run(args []string) int {
-	err := newApp().Run(args)
+// run executes the CLI with args (args[0] is the program name) and maps
+// errors to exit codes; every message is printed once to stderr as
+// "kbundle: ...".
+func run(args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.Run(flagsFirst(app, args))
 	if err == nil {
 		return exitOK
 	}
@@ -77,7 +121,7 @@ func run(args []string) int {
 		code = ec.ExitCode()
 	}
 	if msg := err.Error(); msg != "" {
-		fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+		fmt.Fprintf(stderr, "kbundle: %s\n", msg)
 	}
 	return code
 }
