@@ -9,28 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kbundle/kbundle/internal/testutil"
 	"github.com/kbundle/kbundle/launcher"
 )
 
-// readEnv reads a fixture: KEY=VALUE lines; blank lines and lines
-// starting with '#' (our own fixtures' citations) are skipped.
+// readEnv reads a fixture (testutil.ReadEnvFixture) or fails t.
 func readEnv(t *testing.T, path string) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	env, err := testutil.ReadEnvFixture(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	env := map[string]string{}
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimRight(line, "\n")
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s: line %q is not KEY=VALUE", path, line)
-		}
-		env[k] = v
 	}
 	return env
 }
