@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -67,9 +68,12 @@ type packFile struct {
 // gives the same bytes whatever the number of jobs. out and its temporary
 // files are never packed when out lies inside dir. Symlinks, devices,
 // sockets and FIFOs are not stored: each is listed in PackResult.Skipped.
-func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
+func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	if opt == nil {
 		opt = &PackOptions{}
+	}
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	dir, err = filepath.Abs(dir)
 	if err != nil {
@@ -112,7 +116,13 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	}
 
 	outDir := filepath.Dir(out)
-	tmp, err := os.CreateTemp(outDir, tempPrefix(out)+"*")
+	RemoveStale(outDir) // best effort, as in Stage
+	tempsMu.Lock()
+	tmp, err := os.CreateTemp(outDir, tempPattern(filepath.Base(out)))
+	if err == nil {
+		temps[tmp.Name()] = false
+	}
+	tempsMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("cannot write the bundle: %w", err)
 	}
@@ -121,6 +131,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 			tmp.Close()
 			os.Remove(tmp.Name())
 		}
+		untrack(tmp.Name())
 	}()
 	w := NewWriter(tmp, &WriterOptions{Level: opt.Level, Jobs: opt.Jobs, SegmentSize: opt.SegmentSize})
 	for k, v := range meta {
@@ -133,7 +144,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 			return nil, inFile(err, dir)
 		}
 	}
-	if err := writeFiles(w, files, opt, res); err != nil {
+	if err := writeFiles(ctx, w, files, opt, res); err != nil {
 		return nil, inFile(err, dir)
 	}
 	if err := w.Close(); err != nil {
@@ -168,7 +179,7 @@ func Pack(dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	return res, nil
 }
 
-func tempPrefix(out string) string { return "." + filepath.Base(out) + ".tmp-" }
+func tempPrefix(out string) string { return "." + filepath.Base(out) + tempTag }
 
 // walk lists the directories and regular files under dir, in lexical
 // order, skipping out, its temporary files and excluded paths.
@@ -298,7 +309,7 @@ type readResult struct {
 // writeFiles adds files in data order (extension, then name), read by a
 // pool of workers with a bounded window and consumed in order, so the
 // output does not depend on the number of workers.
-func writeFiles(w *Writer, files []packFile, opt *PackOptions, res *PackResult) error {
+func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptions, res *PackResult) error {
 	order := slices.Clone(files)
 	slices.SortStableFunc(order, func(a, b packFile) int {
 		if c := strings.Compare(path.Ext(a.rel), path.Ext(b.rel)); c != 0 {
@@ -343,6 +354,9 @@ func writeFiles(w *Writer, files []packFile, opt *PackOptions, res *PackResult) 
 	}()
 	var done int64
 	for i, f := range order {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		r := <-results[i]
 		<-slots
 		if r.err != nil {

@@ -1,9 +1,7 @@
 package bundle
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -63,42 +61,4 @@ func trusted(path string, fi fs.FileInfo, isDir bool) error {
 			"%s mode %04o lets others write it; run: chmod go-w %s", what, mode.Perm(), path)}
 	}
 	return nil
-}
-
-// ReadFile reads and checks the bundle at path as the loader does: one
-// open, a trust check of the opened file and its directory, one sequential
-// read, then the header, trailer, index and whole-file digest. It returns
-// the bundle's bytes, ready for NewReaderBytes or a broadcast.
-func ReadFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not hang us (see Open)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTrustInfo(path, fi); err != nil {
-		return nil, err
-	}
-	size := fi.Size()
-	if size < 0 || uint64(size) > MaxDataLen {
-		return nil, &Error{File: path, Err: ErrTooLarge, Msg: fmt.Sprintf("%d bytes", size)}
-	}
-	b := make([]byte, size)
-	if _, err := io.ReadFull(f, b); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, &Error{File: path, Err: ErrFormat, Msg: "file shrank while being read"}
-		}
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	r, err := NewReaderBytes(b)
-	if err != nil {
-		return nil, inFile(err, path)
-	}
-	if err := r.VerifyFileDigest(); err != nil {
-		return nil, inFile(err, path)
-	}
-	return b, nil
 }

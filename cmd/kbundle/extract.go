@@ -37,17 +37,14 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := bundle.CheckTrust(a[0]); err != nil {
-		return exit(err)
-	}
-	rc, err := openBundle(a[0])
+	rc, err := openBundle(a[0], &bundle.OpenOptions{Trusted: true})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	start := time.Now()
 	bar := newProgress(c, "extracting")
-	res, err := rc.Extract(a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
+	res, err := rc.Extract(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))

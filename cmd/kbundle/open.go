@@ -16,13 +16,13 @@ func openArg(c *cli.Context) (*bundle.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openBundle(a[0])
+	return openBundle(a[0], nil)
 }
 
 // openBundle opens the bundle file name; a directory gets a hint naming
 // the bundle file it probably holds.
-func openBundle(name string) (*bundle.ReadCloser, error) {
-	rc, err := bundle.Open(name)
+func openBundle(name string, opt *bundle.OpenOptions) (*bundle.ReadCloser, error) {
+	rc, err := bundle.Open(name, opt)
 	if err == nil {
 		return rc, nil
 	}

@@ -53,7 +53,7 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 		out = filepath.Join(dir, "cache.kbundle")
 	}
 	bar := newProgress(c, "packing")
-	res, err := bundle.Pack(dir, out, &bundle.PackOptions{
+	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
 		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"),
 		Preset: preset, Progress: bar.update,
 	})

@@ -411,7 +411,7 @@ func TestVectors(t *testing.T) {
 				code := run(append([]string{"kbundle"}, args...), &so, &se)
 				return se.String(), code
 			}
-			verr, vcode := kb("verify", file)
+			verr, vcode := kb("verify", "--deep", file)
 			eerr, ecode := kb("extract", file, "dest")
 			switch {
 			case outcome == "ok":
@@ -439,4 +439,3 @@ func TestVectors(t *testing.T) {
 		t.Fatalf("only %d vectors", n)
 	}
 }
-
