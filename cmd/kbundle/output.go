@@ -52,12 +52,12 @@ func elapsed(d time.Duration) time.Duration {
 }
 
 // safe returns s unchanged when it is valid UTF-8 without control,
-// format (bidi overrides) or other non-printing characters, and
-// Go-quoted otherwise, so that a bundle's names and metadata, or a path,
+// format (bidi overrides) or other non-printing characters and does not
+// start with a double quote, and Go-quoted otherwise, so that a bundle's names and metadata, or a path,
 // can never move the cursor, clear the screen, fake a line or reverse
 // text on the terminal of whoever lists them.
 func safe(s string) string {
-	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool {
+	if utf8.ValidString(s) && !strings.HasPrefix(s, `"`) && !strings.ContainsFunc(s, func(r rune) bool {
 		return !unicode.IsPrint(r) && r != ' '
 	}) {
 		return s

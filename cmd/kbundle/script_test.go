@@ -323,7 +323,10 @@ func runKbundle(ts *testscript.TestScript, asOther bool, args []string) {
 }
 
 // sharedKbundle copies the test binary, named kbundle so that it acts as
-// kbundle, to where another user can run it ($WORK/.other/kbundle).
+// kbundle, to where another user can run it ($WORK/.other/kbundle). cp(1)
+// writes it: were this process to hold it open for writing, a script
+// forking in parallel could inherit the descriptor and make exec fail
+// with ETXTBSY.
 func sharedKbundle(ts *testscript.TestScript) string {
 	out := ts.MkAbs(".other/kbundle")
 	if _, err := os.Stat(out); err == nil {
@@ -331,10 +334,11 @@ func sharedKbundle(ts *testscript.TestScript) string {
 	}
 	self, err := os.Executable()
 	ts.Check(err)
-	b, err := os.ReadFile(self)
-	ts.Check(err)
 	ts.Check(os.MkdirAll(filepath.Dir(out), 0o755))
-	ts.Check(os.WriteFile(out, b, 0o755))
+	if b, err := exec.Command("cp", self, out).CombinedOutput(); err != nil {
+		ts.Fatalf("cp %s: %v: %s", self, err, b)
+	}
+	ts.Check(os.Chmod(out, 0o755))
 	return out
 }
 
