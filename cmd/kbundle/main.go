@@ -94,10 +94,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Description: "Exit status: 0 ok, 1 error, 2 usage error, 3 bundle unusable " +
 			"(missing, damaged or untrusted). Flags may come before or after arguments.\n" +
 			"Documentation: " + docsURL,
-		Commands:             commands,
-		EnableBashCompletion: true,
-		Writer:               stdout,
-		ErrWriter:            stderr,
+		Commands:  commands,
+		Writer:    stdout,
+		ErrWriter: stderr,
 		Action: func(c *cli.Context) error { // reached without a command, or with an unknown one
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("unknown command %q (see kbundle --help)", c.Args().First()), exitUsage)
