@@ -192,7 +192,7 @@ func appendIndex(b []byte, ix *index) []byte {
 	return b
 }
 
-// decoder reads little-endian fields with sticky bounds errors.
+// idxDecoder reads little-endian fields with sticky bounds errors.
 type idxDecoder struct {
 	b   []byte
 	err error
