@@ -24,11 +24,13 @@ build: deps
 # loads as a job of one rank. Needs only Go, not `make deps`.
 PREFIX ?= /usr/local
 MPICC ?=
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-ldflags "-X main.buildVersion=$(VERSION)")
 install:
 ifeq ($(MPICC),)
-	$(GO) build -o $(BIN)/kbundle-install ./cmd/kbundle
+	$(GO) build $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
 else
-	CC=$(MPICC) $(GO) build -tags mpi -o $(BIN)/kbundle-install ./cmd/kbundle
+	CC=$(MPICC) $(GO) build -tags mpi $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
 endif
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions

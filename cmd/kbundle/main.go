@@ -74,10 +74,27 @@ func init() {
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer, false) }
 }
 
-// version is the module version kbundle was built as, or "devel".
+// buildVersion is set at link time (make install: -ldflags "-X
+// main.buildVersion=$(git describe --always --dirty)"); it wins.
+var buildVersion string
+
+// version is kbundle's version: buildVersion, else the module version it
+// was built as, else "devel" plus the commit when the build recorded it.
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	if buildVersion != "" {
+		return buildVersion
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "devel-" + s.Value[:12]
+		}
 	}
 	return "devel"
 }

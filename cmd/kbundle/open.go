@@ -22,6 +22,9 @@ func openArg(c *cli.Context) (*bundle.ReadCloser, error) {
 // openBundle opens the bundle file name; a directory gets a hint naming
 // the bundle file it probably holds.
 func openBundle(name string, opt *bundle.OpenOptions) (*bundle.ReadCloser, error) {
+	if name == "-" {
+		return nil, cli.Exit("a bundle is read from a file, not from stdin: pass the file's name (./- for a file named -)", exitUsage)
+	}
 	rc, err := bundle.Open(name, opt)
 	if err == nil {
 		return rc, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -51,6 +52,14 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 	}
 	if out == "" {
 		out = filepath.Join(dir, "cache.kbundle")
+	}
+	if out == "-" {
+		return nil, cli.Exit("a bundle is written to a file, not to stdout: pass -o FILE (./- for a file named -)", exitUsage)
+	}
+	for _, g := range c.StringSlice("exclude") {
+		if _, err := path.Match(g, ""); err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--exclude %q: %v", g, err), exitUsage)
+		}
 	}
 	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
