@@ -8,21 +8,27 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// bundleJSON are the fields `kbundle info --json` and `kbundle pack
+// --json` share: what the bundle holds and its sizes.
+type bundleJSON struct {
+	Path        string  `json:"path"`
+	Entries     int     `json:"entries"`
+	Files       int     `json:"files"`
+	Dirs        int     `json:"dirs"`
+	RawBytes    int64   `json:"raw_bytes"`
+	DataBytes   int64   `json:"data_bytes"`
+	PackedBytes int64   `json:"packed_bytes"`
+	Ratio       float64 `json:"ratio"`
+	Segments    int     `json:"segments"`
+	Digest      string  `json:"digest"`
+}
+
 // infoJSON is the stable `kbundle info --json` object: fields are only
 // ever added.
 type infoJSON struct {
-	Path        string            `json:"path"`
+	bundleJSON
 	Version     int               `json:"version"`
-	Entries     int               `json:"entries"`
-	Files       int               `json:"files"`
-	Dirs        int               `json:"dirs"`
-	RawBytes    int64             `json:"raw_bytes"`
-	DataBytes   int64             `json:"data_bytes"`
-	PackedBytes int64             `json:"packed_bytes"`
-	Ratio       float64           `json:"ratio"`
-	Segments    int               `json:"segments"`
 	SegmentSize int64             `json:"segment_size"`
-	Digest      string            `json:"digest"`
 	Meta        map[string]string `json:"meta"`
 }
 
@@ -44,9 +50,10 @@ func infoAction(c *cli.Context) error {
 		return err
 	}
 	defer rc.Close()
-	in := infoJSON{Path: c.Args().First(), Version: bundle.Version, RawBytes: rc.RawSize(),
+	in := infoJSON{bundleJSON: bundleJSON{Path: c.Args().First(), RawBytes: rc.RawSize(),
 		DataBytes: rc.DataSize(), PackedBytes: rc.Size(), Ratio: ratio(rc.RawSize(), rc.Size()),
-		Segments: rc.Segments(), SegmentSize: rc.SegmentSize(), Digest: rc.FileDigest().String(), Meta: rc.Meta()}
+		Segments: rc.Segments(), Digest: rc.FileDigest().String()},
+		Version: bundle.Version, SegmentSize: rc.SegmentSize(), Meta: rc.Meta()}
 	for _, e := range rc.Entries() {
 		if e.Dir {
 			in.Dirs++

@@ -75,18 +75,9 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 
 // packJSON is `kbundle pack --json`; fields are only ever added.
 type packJSON struct {
-	Path        string   `json:"path"`
-	Entries     int      `json:"entries"`
-	Files       int      `json:"files"`
-	Dirs        int      `json:"dirs"`
-	RawBytes    int64    `json:"raw_bytes"`
-	DataBytes   int64    `json:"data_bytes"`
-	PackedBytes int64    `json:"packed_bytes"`
-	Ratio       float64  `json:"ratio"`
-	Segments    int      `json:"segments"`
-	Digest      string   `json:"digest"`
-	Skipped     []string `json:"skipped"`
-	Seconds     float64  `json:"seconds"`
+	bundleJSON
+	Skipped []string `json:"skipped"`
+	Seconds float64  `json:"seconds"`
 }
 
 // reportPack prints what pack did: what was skipped (always), then a
@@ -96,10 +87,10 @@ func reportPack(c *cli.Context, res *bundle.PackResult, took time.Duration) erro
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: not packed (not a regular file or directory): %s\n", safe(s))
 	}
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, packJSON{Path: res.Path, Entries: res.Entries(), Files: res.Files, Dirs: res.Dirs,
-			RawBytes: res.RawBytes, DataBytes: res.DataBytes, PackedBytes: res.PackedBytes,
-			Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments, Digest: res.Digest.String(),
-			Skipped: append([]string{}, res.Skipped...), Seconds: took.Seconds()})
+		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{Path: res.Path, Entries: res.Entries(),
+			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
+			PackedBytes: res.PackedBytes, Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments,
+			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...), Seconds: took.Seconds()})
 	}
 	say(c, "%s", packSummary(res, took))
 	return nil
