@@ -167,10 +167,20 @@ func commErr(what string, err error) error {
 // agree makes every rank return the same outcome: nil if local is nil on
 // every rank, else the lowest failing rank's error (as an *Error) on all.
 func agree(comm Comm, local error) (*Error, error) {
+	return Agree(comm, local, 1)
+}
+
+// Agree makes every rank of comm return the same outcome; it is
+// collective. It returns nil if local is nil on every rank, else the same
+// *Error on every rank: the lowest failing rank's reason and sentinels,
+// with the reasons of up to max-1 other failing ranks in Reasons (in rank
+// order; an identical reason is kept once) and the number of failing
+// ranks. An error matching ErrComm means the communicator failed.
+func Agree(comm Comm, local error, max int) (*Error, error) {
 	rank, size := comm.Rank(), comm.Size()
-	bad, me := int64(0), int64(size)
+	bad := int64(0)
 	if local != nil {
-		bad, me = 1, int64(rank)
+		bad = 1
 	}
 	n, err := comm.AllreduceInt64(bad, mpi.Sum)
 	if err != nil {
@@ -179,35 +189,55 @@ func agree(comm Comm, local error) (*Error, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	first, err := comm.AllreduceInt64(me, mpi.Min)
-	if err != nil {
-		return nil, commErr("agreement", err)
-	}
-	if first < 0 || first >= int64(size) {
-		return nil, fmt.Errorf("%w: agreement: failing rank %d of %d", ErrStatus, first, size)
-	}
-	msg := make([]byte, statusLen)
-	if int64(rank) == first {
-		var s *status
-		var e *Error
-		if errors.As(local, &e) {
-			// Already agreed among a subset (the leaders): keep its reason.
-			s = &status{failed: true, mask: e.mask, reason: e.Reason}
-		} else {
-			s = failure(local, 0, 0)
+	var out *Error
+	seen := map[string]bool{}
+	prev := int64(-1)
+	for i := 0; i < max; i++ {
+		me := int64(size)
+		if local != nil && int64(rank) > prev {
+			me = int64(rank)
 		}
-		s.rank, s.ranks = int(first), int(n)
-		msg = s.encode()
+		next, err := comm.AllreduceInt64(me, mpi.Min)
+		if err != nil {
+			return nil, commErr("agreement", err)
+		}
+		if next >= int64(size) {
+			break
+		}
+		if next < 0 {
+			return nil, fmt.Errorf("%w: agreement: failing rank %d of %d", ErrStatus, next, size)
+		}
+		msg := make([]byte, statusLen)
+		if int64(rank) == next {
+			var s *status
+			var e *Error
+			if errors.As(local, &e) {
+				s = &status{failed: true, mask: e.mask, reason: e.Reason}
+			} else {
+				s = failure(local, 0, 0)
+			}
+			s.rank, s.ranks = int(next), int(n)
+			msg = s.encode()
+		}
+		if err := comm.Bcast(msg, int(next)); err != nil {
+			return nil, commErr("agreement", err)
+		}
+		s, err := decodeStatus(msg)
+		if err != nil {
+			return nil, err
+		}
+		if !s.failed {
+			return nil, fmt.Errorf("%w: agreement: failing rank %d sent success", ErrStatus, next)
+		}
+		if out == nil {
+			out = s.err().(*Error)
+		}
+		if !seen[s.reason] {
+			seen[s.reason] = true
+			out.Reasons = append(out.Reasons, s.reason)
+		}
+		out.mask |= s.mask
+		prev = next
 	}
-	if err := comm.Bcast(msg, int(first)); err != nil {
-		return nil, commErr("agreement", err)
-	}
-	s, err := decodeStatus(msg)
-	if err != nil {
-		return nil, err
-	}
-	if !s.failed {
-		return nil, fmt.Errorf("%w: agreement: failing rank %d sent success", ErrStatus, first)
-	}
-	return s.err().(*Error), nil
+	return out, nil
 }

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	. "github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
-	. "github.com/kbundle/kbundle/broadcast"
 )
 
 // testTree writes a small cache tree and returns its directory.
@@ -285,4 +285,3 @@ func TestTransferDamage(t *testing.T) {
 		}
 	}
 }
-

@@ -65,7 +65,10 @@ type Error struct {
 	Rank   int    // the failing rank (in the communicator the call was given)
 	Ranks  int    // how many ranks failed
 	Reason string // the failing rank's message
-	mask   uint32
+	// Reasons are the distinct reasons collected (Reason first), for
+	// Agree with max above 1.
+	Reasons []string
+	mask    uint32
 }
 
 func (e *Error) Error() string {

@@ -189,7 +189,7 @@ func (w *window) close() error {
 	}
 	w.h.Write(w.tail[:len(w.tail)-16])
 	if Digest(w.h.Sum128().Bytes()) != w.want {
-		return errf(ErrChecksum, "whole-file digest does not match (damaged in transfer)")
+		return errf(ErrChecksum, "whole-file digest does not match")
 	}
 	return nil
 }
