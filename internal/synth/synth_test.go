@@ -1,4 +1,4 @@
-package synthcache
+package synth
 
 import (
 	"os"
