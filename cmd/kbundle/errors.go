@@ -20,21 +20,10 @@ func (e *destError) Unwrap() error { return e.err }
 // destination problem. Extraction errors go through it: a missing parent
 // of DEST is not a missing bundle.
 func atDest(err error) error {
-	if err == nil || badBundle(err) {
+	if err == nil || bundle.Unusable(err) {
 		return err
 	}
 	return &destError{err}
-}
-
-// badBundle reports whether err says the bundle's bytes cannot be used.
-func badBundle(err error) bool {
-	for _, s := range []error{bundle.ErrFormat, bundle.ErrVersion, bundle.ErrChecksum,
-		bundle.ErrInsecurePath, bundle.ErrTooLarge, bundle.ErrUntrusted} {
-		if errors.Is(err, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // exitFor is the one classification of errors for every command: the exit
