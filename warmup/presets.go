@@ -51,7 +51,7 @@ type Preset struct {
 	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
 
-	relocate func(dest, origin string) error
+	relocate func(root, dest, origin string) error
 }
 
 // Presets returns the whole table, sorted by name. The returned presets
@@ -146,11 +146,19 @@ func (v Var) value(dest string) string {
 // dest. An empty origin means unknown: paths are then repaired from the
 // cache layout where the framework's layout allows it.
 func (p *Preset) Relocate(dest, origin string) error {
+	return p.RelocateStaged(dest, dest, origin)
+}
+
+// RelocateStaged is Relocate on a tree that is still at root and will be
+// moved to dest as it is (a staged extraction, see bundle.Staged): the
+// paths written point into dest. Relocating before the move means a
+// reader of dest never sees an unrelocated tree.
+func (p *Preset) RelocateStaged(root, dest, origin string) error {
 	for _, q := range p.closure() {
 		if q.relocate == nil {
 			continue
 		}
-		if err := q.relocate(dest, origin); err != nil {
+		if err := q.relocate(root, dest, origin); err != nil {
 			return fmt.Errorf("preset %s: %w", q.Name, err)
 		}
 	}
