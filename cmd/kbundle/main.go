@@ -55,12 +55,21 @@ func register(c *cli.Command) {
 	commands = append(commands, c)
 }
 
-// usageError turns urfave/cli's flag errors into exit 2, with the double
-// dash users type and a pointer to the command's help.
+// usageError turns urfave/cli's flag errors into exit 2, naming an
+// unknown flag as the user typed it (the flag package always says "-name")
+// and pointing at the command's help.
 func usageError(c *cli.Context, err error, _ bool) error {
-	msg := strings.Replace(err.Error(), "not defined: -", "not defined: --", 1)
-	msg = strings.Replace(msg, "not defined: ---", "not defined: -", 1)
-	if c.Command != nil && c.Command.Name != "" {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		typed, _ := c.App.Metadata["args"].([]string)
+		for _, a := range typed {
+			if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+				msg = "flag provided but not defined: --" + name
+				break
+			}
+		}
+	}
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
 		msg += fmt.Sprintf(" (see kbundle %s --help)", c.Command.Name)
 	} else {
 		msg += " (see kbundle --help)"
@@ -162,6 +171,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		os.Exit(128 + n)
 	}()
 	app := newApp(stdout, stderr)
+	app.Metadata = map[string]any{"args": args}
 	err := app.RunContext(ctx, flagsFirst(app, args))
 	if n := got.Load(); n != 0 {
 		bundle.RemoveTemps()

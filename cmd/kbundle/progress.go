@@ -30,7 +30,7 @@ const defaultLogInterval = 10 * time.Second
 // cumulative counts: update(done, total) with done growing up to total,
 // the convention of every Progress callback of package bundle.
 //
-// On a terminal it draws "kbundle: verb [####    ] 42% 1.2/3.0 GiB, 12 MiB/s"
+// On a terminal it draws "kbundle: verb [####    ] 42% 1.2/3.0 GiB, 12.0 MiB/s, 2m28s left"
 // at most ten times a second and clears it at the end; elsewhere (a batch
 // log) it prints one line every KBUNDLE_PROGRESS_INTERVAL (a Go duration,
 // default 10s), so a long job is never silent. KBUNDLE_NO_PROGRESS=1 and
@@ -77,8 +77,12 @@ func (p *progress) update(done, total int64) {
 	}
 	p.full = frac == 1
 	rate := ""
-	if s := time.Since(p.start).Seconds(); s > 0.5 {
-		rate = fmt.Sprintf(", %s/s", human(int64(float64(done)/s)))
+	if s := time.Since(p.start).Seconds(); s > 0.5 && done > 0 {
+		r := float64(done) / s
+		rate = fmt.Sprintf(", %s/s", human(int64(r)))
+		if done < total {
+			rate += fmt.Sprintf(", %s left", time.Duration(float64(total-done)/r*float64(time.Second)).Round(time.Second))
+		}
 	}
 	if !p.tty {
 		fmt.Fprintf(p.w, "kbundle: %s: %.0f%%, %s of %s after %s%s\n", p.verb, 100*frac, human(done), human(total),
