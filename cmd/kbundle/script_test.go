@@ -77,8 +77,10 @@ func helpLine(l string) bool {
 // HOME=$WORK and $REPO the module root. Scripts must assert, after every
 // failure, which files and directories must NOT exist (absent GLOB...).
 func TestScripts(t *testing.T) {
+	deadline, _ := t.Deadline() // a hang fails the script, with its log, before go test kills everything
 	testscript.Run(t, testscript.Params{
-		Dir: filepath.Join("testdata", "script"),
+		Dir:      filepath.Join("testdata", "script"),
+		Deadline: deadline,
 		Setup: func(env *testscript.Env) error {
 			// Another user must be able to enter the work directory
 			// (as-other); testscript makes it and its parent private.
