@@ -231,10 +231,15 @@ func (r *Reader) RawSize() int64 {
 	return n
 }
 
-// Segments is the number of compressed segments; SegmentSize their raw size.
-func (r *Reader) Segments() int        { return len(r.ix.packed) }
-func (r *Reader) SegmentSize() int64   { return r.ix.segSize }
-func (r *Reader) FileDigest() Digest   { return r.fileDig }
+// Segments is the number of compressed segments.
+func (r *Reader) Segments() int { return len(r.ix.packed) }
+
+// SegmentSize is the raw size of every segment but the last.
+func (r *Reader) SegmentSize() int64 { return r.ix.segSize }
+
+// FileDigest is the whole-file digest the trailer records.
+func (r *Reader) FileDigest() Digest { return r.fileDig }
+
 func (r *Reader) entry(i int) *Entry   { return &r.ix.entries[i] }
 func (r *Reader) segRaw(i int) int64   { return min(r.ix.segSize, r.ix.dataLen-int64(i)*r.ix.segSize) }
 func (r *Reader) errorf(e error) error { return inFile(e, r.name) }

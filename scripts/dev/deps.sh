@@ -27,6 +27,8 @@ test | bench)
 	pkg_for strace strace
 	pkg_for bc bc
 	pkg_for useradd passwd
+	pkg_for setpriv util-linux
+	pkg_for zsh zsh # the generated zsh completion is loaded by the CLI tests
 	[ -x /usr/bin/python3 ] || need+=(python3)
 	/usr/bin/python3 -c 'import numba' 2>/dev/null || need+=(python3-numba)
 	/usr/bin/python3 -c 'import pyopencl' 2>/dev/null || need+=(python3-pyopencl)
