@@ -199,11 +199,20 @@ func (l *loader) withMPI(det detect.Result, path string) (err error) {
 	return l.run(broadcast.FromMPI(w), true, id, path)
 }
 
+// loadExitCode is exitFor's status for a load: a failure that is not
+// about the bundle (ErrNoBundle) happened at a node's destination.
 func loadExitCode(err error) int {
+	code, _ := exitFor(loadError(err))
+	return code
+}
+
+// loadError marks a node-local failure as a destination problem for
+// exitFor.
+func loadError(err error) error {
 	if errors.Is(err, broadcast.ErrNoBundle) {
-		return exitUnusable
+		return err
 	}
-	return exitError
+	return atDest(err)
 }
 
 // run loads over world and reports.
@@ -310,7 +319,7 @@ func loadMessage(err error) string {
 	if !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
-	if h := hint(err); h != "" {
+	if h := hint(loadError(err)); h != "" {
 		lines = append(lines, h)
 	}
 	return strings.Join(lines, "\nkbundle: ")
