@@ -26,7 +26,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env]",
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env] [--timeout D] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, DIR defaulting to\n" +
 			"$KBUNDLE_CACHE_DIR), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
@@ -48,6 +48,7 @@ func init() {
 			presetFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
+			quietFlag,
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"KBUNDLE_TIMEOUT"},
 				Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down"},
 		},
@@ -298,6 +299,9 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path s
 	nodes := "1 node"
 	if s.Nodes != 1 {
 		nodes = fmt.Sprintf("%d nodes", s.Nodes)
+	}
+	if c.Bool("quiet") {
+		return nil
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
