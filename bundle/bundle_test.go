@@ -9,7 +9,9 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -180,7 +182,10 @@ func TestDedupStoresOnce(t *testing.T) {
 func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
-	os.Symlink("a.ptx", filepath.Join(src, "link"))
+	os.Symlink("a.ptx", filepath.Join(src, "link"))        // inside: stored as a copy
+	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
+	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
+	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
 	os.WriteFile(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x"), []byte("junk"), 0o600)
 	os.WriteFile(filepath.Join(src, "skip.lock"), []byte("x"), 0o600)
 	out := filepath.Join(src, "cache.kbundle")
@@ -189,8 +194,9 @@ func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Files != 1 || len(res.Skipped) != 1 || res.Skipped[0] != "symlink link" {
-			t.Fatalf("files=%d skipped=%v", res.Files, res.Skipped)
+		want := []string{"fifo fifo", "symlink passwd (absolute target /etc/passwd)", "symlink up (points outside the directory)"}
+		if res.Files != 2 || !slices.Equal(res.Skipped, want) || !slices.Equal(res.Copied, []string{"link -> a.ptx"}) {
+			t.Fatalf("files=%d skipped=%q copied=%q", res.Files, res.Skipped, res.Copied)
 		}
 	}
 	if err := os.Remove(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x")); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -44,8 +45,15 @@ type cachedSeg struct {
 // ReadCloser is a Reader over a file opened by Open.
 type ReadCloser struct {
 	*Reader
-	f *os.File
+	f         *os.File
+	untrusted error
 }
+
+// Untrusted says why Open with Trusted would have refused the bundle
+// (ErrUntrusted), or returns nil. Open without Trusted still walks the
+// path as the trusted open does, so that commands that only read a bundle
+// (info, ls, verify) can report it.
+func (rc *ReadCloser) Untrusted() error { return rc.untrusted }
 
 // Close closes the bundle file.
 func (rc *ReadCloser) Close() error { return rc.f.Close() }
@@ -68,7 +76,16 @@ func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
 	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer (a hang); the
 	// file is then refused as not regular. Regular files ignore the flag.
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Trusted: the path is opened component by component and each is
+	// checked on its descriptor (OpenTrusted, trust.go).
+	var f *os.File
+	var err, untrusted error
+	if opt.Trusted {
+		f, err = OpenTrusted(name)
+	} else if f, untrusted, err = openTrustedPath(name, false, false); err != nil && !errors.Is(err, ErrFormat) {
+		f, err = os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		untrusted = nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -81,18 +98,12 @@ func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
 		f.Close()
 		return nil, &Error{File: name, Err: ErrFormat, Msg: "not a regular file"}
 	}
-	if opt.Trusted {
-		if err := checkTrustInfo(name, fi); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
 	r, err := newReader(f, fi.Size(), name)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	return &ReadCloser{Reader: r, f: f}, nil
+	return &ReadCloser{Reader: r, f: f, untrusted: untrusted}, nil
 }
 
 // NewReader reads a bundle of the given size from r.

@@ -85,6 +85,10 @@ type Summary struct {
 	Ranks    int
 	Leader   bool     // this rank extracted for its node
 	Presets  []string // presets applied
+	// EmptyPresets (leaders) are the presets asked for by name whose
+	// directories the bundle has nothing in: their variables point at
+	// nothing.
+	EmptyPresets []string
 	Env      []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
 	// Read is rank 0's time reading the bundle; Bcast the whole stream;
 	// Extract the longest leader's staging (decode and write), all three
@@ -225,7 +229,6 @@ type leader struct {
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
-	recorded    string // the bundle's "preset" metadata (leaders)
 }
 
 // abort rolls this node's copy back, if any.
@@ -274,12 +277,19 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	l := k.l
 	l.sum.Entries = len(s.Entries())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
-	l.recorded = s.Meta()[bundle.MetaPreset]
-	presets, err := l.choosePresets()
+	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
 		return err
 	}
 	l.presets = presets
+	if l.plan.Presets != nil {
+		// Asked for by name: say which have nothing in this bundle.
+		missing, _ := warmup.MissingContent(s, presets)
+		l.sum.EmptyPresets = strings.Split(presetNames(missing), ",")
+		if len(missing) == 0 {
+			l.sum.EmptyPresets = nil
+		}
+	}
 	k.staged = make(chan error, 1)
 	go func() {
 		t := time.Now()
@@ -310,19 +320,11 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 func (k *sink) Write(p []byte) (int, error) { return k.s.Write(p) }
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
-func (l *leader) choosePresets() ([]*warmup.Preset, error) {
-	if l.plan.Presets != nil || !l.plan.UseRecorded || l.recorded == "" {
+func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
+	if l.plan.Presets != nil || !l.plan.UseRecorded {
 		return l.plan.Presets, nil
 	}
-	var out []*warmup.Preset
-	for _, name := range strings.Split(l.recorded, ",") {
-		p, err := warmup.Lookup(strings.TrimSpace(name))
-		if err != nil {
-			return nil, fmt.Errorf("the bundle records preset %q: %w", name, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return warmup.PresetsFromMeta(meta)
 }
 
 // stage runs the stream on a leader and stages its node's copy. The error

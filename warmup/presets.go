@@ -52,6 +52,15 @@ type Preset struct {
 	Writable bool `json:"writable"`
 
 	relocate func(root, dest, origin string) error
+	// hitWrite reports whether a file the framework writes (or removes)
+	// in its cache on a cache hit is only bookkeeping, not a rebuild (pocl's
+	// empty last_accessed stamps). Check ignores those.
+	hitWrite func(c Change) bool
+	// refusals are substrings of lines the framework prints when it finds
+	// a cache entry but refuses it and compiles again without rewriting the
+	// file (JAX on XLA:CPU's AOT loader rejection, jax-ml/jax#38445): Check
+	// cannot see those in the files, so it watches the run's output.
+	refusals []string
 }
 
 // Presets returns the whole table, sorted by name. The returned presets

@@ -13,7 +13,7 @@ var (
 	levelFlag = &cli.StringFlag{Name: "level", Value: "default", EnvVars: []string{"KBUNDLE_LEVEL"},
 		Usage: "compression level `NAME`: " + bundle.LevelNames}
 	jobsFlag = &cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, EnvVars: []string{"KBUNDLE_JOBS"},
-		Usage: "use `N` parallel workers (0: all cores)"}
+		Usage: fmt.Sprintf("use `N` parallel workers (0: all cores; at most 4 per core are used; 0..%d)", bundle.MaxJobs)}
 	excludeFlag = &cli.StringSliceFlag{Name: "exclude", Usage: "skip paths matching `GLOB` (relative path or base name; repeatable)"}
 	outputFlag  = &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the bundle to `FILE` (default: DIR/cache.kbundle)"}
 	dirFlag     = &cli.StringFlag{Name: "dir", EnvVars: []string{"KBUNDLE_CACHE_DIR"}, Usage: "the cache directory `DIR`"}
@@ -27,8 +27,8 @@ var (
 // jobs returns --jobs, refusing a negative count as a usage error.
 func jobs(c *cli.Context) (int, error) {
 	n := c.Int("jobs")
-	if n < 0 {
-		return 0, cli.Exit(fmt.Sprintf("--jobs %d: want 0 (all cores) or a positive count", n), exitUsage)
+	if n < 0 || n > bundle.MaxJobs {
+		return 0, cli.Exit(fmt.Sprintf("--jobs (or KBUNDLE_JOBS) %d: must be 0 (all cores) to %d", n, bundle.MaxJobs), exitUsage)
 	}
 	return n, nil
 }

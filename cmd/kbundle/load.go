@@ -257,6 +257,9 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path s
 		MismatchNodes: res.MismatchNodes, MismatchKeys: res.MismatchKeys, Env: res.Env,
 		Presets: res.Presets, HeldBytes: res.Held,
 	}
+	if len(res.EmptyPresets) > 0 {
+		l.warnf("the bundle has nothing for preset %s: its variables point at an empty directory", strings.Join(res.EmptyPresets, ", "))
+	}
 	if nd := res.MismatchNodes; nd > 0 {
 		what := "a node differs"
 		if nd > 1 {

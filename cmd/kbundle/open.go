@@ -27,6 +27,9 @@ func openBundle(name string, opt *bundle.OpenOptions) (*bundle.ReadCloser, error
 	}
 	rc, err := bundle.Open(name, opt)
 	if err == nil {
+		if u := rc.Untrusted(); u != nil {
+			fmt.Fprintf(os.Stderr, "kbundle: warning: extract and load will refuse this bundle: %s\n", safe(u.Error()))
+		}
 		return rc, nil
 	}
 	if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {

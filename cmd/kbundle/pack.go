@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
 
@@ -15,12 +17,12 @@ func init() {
 	register(&cli.Command{
 		Name:      "pack",
 		Usage:     "pack a cache directory into one bundle file",
-		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]... [--json] [-q]",
+		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]... [--preset NAME]... [--json] [-q]",
 		Description: "Packs DIR (default $KBUNDLE_CACHE_DIR) into FILE (default DIR/cache.kbundle),\n" +
 			"written to a temporary file beside FILE and renamed when complete. Memory: up to\n" +
 			"2 x N segments of 8 MiB (raw and compressed) are in flight, about 20-25 MiB per\n" +
 			"worker (-j); lower --jobs under a tight memory limit.",
-		Flags: []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, jsonFlag, quietFlag},
+		Flags: []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, presetFlag, jsonFlag, quietFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("pack takes no arguments (got %q); use --dir", safe(c.Args().First())), exitUsage)
@@ -29,12 +31,20 @@ func init() {
 			if dir == "" {
 				return cli.Exit("no cache directory: pass --dir DIR or set KBUNDLE_CACHE_DIR", exitUsage)
 			}
+			// Recorded in the bundle so that load applies them by default.
+			presets, err := lookupPresets(c.StringSlice("preset"))
+			if err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
 			start := time.Now()
-			res, err := packDir(c, dir, c.String("output"), "")
+			res, err := packDir(c, dir, c.String("output"), presetNames(presets))
 			if err != nil {
 				return err
 			}
-			return reportPack(c, res, time.Since(start))
+			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
+				warmWarn("%s holds nothing for preset %s: was it filled by that framework?", safe(dir), presetNames(missing))
+			}
+			return reportPack(c, dir, res, time.Since(start))
 		},
 	})
 }
@@ -80,12 +90,11 @@ type packJSON struct {
 	Seconds float64  `json:"seconds"`
 }
 
-// reportPack prints what pack did: what was skipped (always), then a
-// summary line on stderr (unless --quiet) or the JSON object on stdout.
-func reportPack(c *cli.Context, res *bundle.PackResult, took time.Duration) error {
-	for _, s := range res.Skipped {
-		fmt.Fprintf(c.App.ErrWriter, "kbundle: not packed (not a regular file or directory): %s\n", safe(s))
-	}
+// reportPack prints what pack did: what was skipped and the warnings
+// (always), then a summary line on stderr (unless --quiet) or the JSON
+// object on stdout.
+func reportPack(c *cli.Context, dir string, res *bundle.PackResult, took time.Duration) error {
+	packWarnings(c.App.ErrWriter, dir, res)
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{Path: res.Path, Entries: res.Entries(),
 			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
@@ -109,9 +118,45 @@ func packSummary(res *bundle.PackResult, took time.Duration) string {
 }
 
 // printPackResult prints pack's report for warm --pack.
-func printPackResult(res *bundle.PackResult) {
-	for _, s := range res.Skipped {
-		fmt.Fprintf(os.Stderr, "kbundle: not packed (not a regular file or directory): %s\n", safe(s))
-	}
+func printPackResult(dir string, res *bundle.PackResult) {
+	packWarnings(os.Stderr, dir, res)
 	fmt.Fprintf(os.Stderr, "kbundle: %s\n", packSummary(res, 0))
+}
+
+// listMax is how many skipped, copied or writable entries pack names
+// before it only counts the rest.
+const listMax = 20
+
+func printList(w io.Writer, format string, items []string) {
+	for i, s := range items {
+		if i == listMax {
+			fmt.Fprintf(w, "kbundle: ... and %d more\n", len(items)-listMax)
+			break
+		}
+		fmt.Fprintf(w, format, safe(s))
+	}
+}
+
+// packWarnings reports what was skipped or stored as a copy, then what
+// would make the bundle useless or unsafe: empty, written from a tree
+// others can write, refused by load.
+func packWarnings(w io.Writer, dir string, res *bundle.PackResult) {
+	printList(w, "kbundle: not packed (not a regular file or directory): %s\n", res.Skipped)
+	printList(w, "kbundle: symlink stored as a copy of its target: %s\n", res.Copied)
+	if len(res.Skipped) > 0 {
+		fmt.Fprintf(w, "kbundle: hint: %d entries were not packed (symlinks out of the directory or to directories, devices, sockets, FIFOs): a cache that needs them will miss after a load\n", len(res.Skipped))
+	}
+	if res.Files == 0 {
+		fmt.Fprintf(w, "kbundle: warning: %s holds no files: the bundle is empty, and loading it warms nothing\n", safe(dir))
+		fmt.Fprintf(w, "kbundle: hint: check --dir, and that the warm-up's framework wrote its cache there (kbundle warm --preset NAME)\n")
+	}
+	if len(res.Writable) > 0 {
+		fmt.Fprintf(w, "kbundle: warning: %d entries of %s could be written by someone other than you or root:\n", len(res.Writable), safe(dir))
+		printList(w, "kbundle:   %s\n", res.Writable)
+		fmt.Fprintf(w, "kbundle: hint: whoever can write the cache chooses the code your jobs run, and the bundle, being yours, will be trusted by load: warm into a directory only you can write (chmod -R go-w %s) and pack again\n", safe(dir))
+	}
+	if res.Untrusted != nil {
+		fmt.Fprintf(w, "kbundle: warning: kbundle load will refuse this bundle (exit 3): %s\n", safe(res.Untrusted.Error()))
+		fmt.Fprintf(w, "kbundle: hint: the bundle, and every directory on the way to it, must be yours or root's and not writable by others; to share one with a project group or from a service account, see KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS in docs/troubleshooting.md\n")
+	}
 }
