@@ -182,7 +182,7 @@ func TestDedupStoresOnce(t *testing.T) {
 func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
-	os.Symlink("a.ptx", filepath.Join(src, "link"))        // inside: stored as a copy
+	os.Symlink("a.ptx", filepath.Join(src, "link"))         // inside: stored as a copy
 	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
 	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
 	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
