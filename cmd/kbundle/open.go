@@ -33,6 +33,7 @@ func openBundle(c *cli.Context, name string, opt *bundle.OpenOptions) (*bundle.R
 		}
 		return rc, nil
 	}
+	err = &bundleError{err}
 	if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {
 		code, _ := exitFor(err)
 		return nil, cli.Exit(fmt.Sprintf("%v\nkbundle: hint: %s is a directory; pass the bundle file, e.g. %s",
