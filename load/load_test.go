@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
@@ -95,22 +96,25 @@ func nothingUnder(t *testing.T, dir string, keep ...string) {
 
 func TestRunNodes(t *testing.T) {
 	src, file := testBundle(t)
+	slow := map[int]func([]byte){2: func([]byte) { time.Sleep(2 * time.Millisecond) }}
 	for _, c := range []struct {
 		name  string
 		nodes []int
 		chunk int64
+		slow  map[int]func([]byte)
 	}{
-		{"one rank", []int{0}, 0},
-		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, 0},
-		{"uneven nodes, chunk not dividing", []int{0, 1, 1, 1}, 100003},
-		{"tiny chunks", []int{0, 0, 1}, 4093},
+		{"one rank", []int{0}, 0, nil},
+		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, 0, nil},
+		{"uneven nodes, chunk not dividing", []int{0, 1, 1, 1}, 100003, nil},
+		{"tiny chunks", []int{0, 0, 1}, 4093, nil},
+		{"one leader slower than the others", []int{0, 1, 2}, 65536, slow},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := t.TempDir()
 			sums, errs := run(t, c.nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[rank]), "dest"),
 					ChunkSize: c.chunk, Window: 1, Host: fmt.Sprintf("kbn%d", c.nodes[rank])}
-			}, nil)
+			}, c.slow)
 			for r, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", r, err)

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
@@ -71,10 +73,18 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 			return nil, cli.Exit(fmt.Sprintf("--exclude %q: %v", g, err), exitUsage)
 		}
 	}
+	var ct time.Time
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s), exitUsage)
+		}
+		ct = time.Unix(n, 0)
+	}
 	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
 		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"),
-		Preset: preset, Progress: bar.update,
+		Preset: preset, Progress: bar.update, Host: hostinfo.Collect(), ContentTime: ct,
 	})
 	bar.done()
 	if err != nil {
