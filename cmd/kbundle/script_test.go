@@ -78,12 +78,16 @@ func helpLine(l string) bool {
 // failure, which files and directories must NOT exist (absent GLOB...).
 func TestScripts(t *testing.T) {
 	deadline, _ := t.Deadline() // a hang fails the script, with its log, before go test kills everything
+	// testscript removes its root folder only once every script has run:
+	// with -run selecting some, it would stay behind.
+	var root sync.Once
 	testscript.Run(t, testscript.Params{
 		Dir:      filepath.Join("testdata", "script"),
 		Deadline: deadline,
 		Setup: func(env *testscript.Env) error {
 			// Another user must be able to enter the work directory
 			// (as-other); testscript makes it and its parent private.
+			root.Do(func() { t.Cleanup(func() { os.RemoveAll(filepath.Dir(env.WorkDir)) }) })
 			for _, d := range []string{filepath.Dir(env.WorkDir), env.WorkDir} {
 				if err := os.Chmod(d, 0o755); err != nil {
 					return err
