@@ -47,6 +47,8 @@ func init() {
 			if err != nil {
 				return err
 			}
+			// urfave/cli's synopsis lists global flags only: say how to call it.
+			page = strings.Replace(page, ".SH SYNOPSIS\nkbundle\n", ".SH SYNOPSIS\n\\fBkbundle\\fP \\fICOMMAND\\fP [\\fIflags\\fP] [\\fIarguments\\fP]\n.br\n\\fBkbundle help\\fP \\fICOMMAND\\fP\n", 1)
 			_, err = io.WriteString(c.App.Writer, page)
 			return err
 		},

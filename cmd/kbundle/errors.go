@@ -16,6 +16,13 @@ type destError struct{ err error }
 func (e *destError) Error() string { return e.err.Error() }
 func (e *destError) Unwrap() error { return e.err }
 
+// bundleError marks an error from opening the bundle named on the command
+// line: a missing file there is a missing bundle (exit 3).
+type bundleError struct{ err error }
+
+func (e *bundleError) Error() string { return e.err.Error() }
+func (e *bundleError) Unwrap() error { return e.err }
+
 // atDest marks err, unless it is about the bundle's content, as a
 // destination problem. Extraction errors go through it: a missing parent
 // of DEST is not a missing bundle.
@@ -30,9 +37,13 @@ func atDest(err error) error {
 // status and a "hint: ..." line telling the user how to fix err ("" when
 // there is nothing to add). Exit 3 means the bundle is unusable (missing,
 // damaged, of a newer version, hostile or untrusted); a destination
-// problem is 1, never 3.
+// problem is 1, never 3. A missing file or a permission problem is the
+// bundle's only when it came from opening the bundle (bundleError) or from
+// rank 0's reading it (broadcast.ErrNoBundle); otherwise it is the
+// destination's.
 func exitFor(err error) (code int, hint string) {
 	var de *destError
+	atBundle := errors.As(err, new(*bundleError)) || errors.Is(err, broadcast.ErrNoBundle)
 	switch {
 	case err == nil:
 		return exitOK, ""
@@ -54,10 +65,16 @@ func exitFor(err error) (code int, hint string) {
 		return exitUnusable, "hint: the bundle holds a path that could escape its destination; do not use it"
 	case errors.Is(err, bundle.ErrExist):
 		return exitError, "hint: pass --force to replace the destination"
-	case errors.Is(err, broadcast.ErrNoBundle), errors.Is(err, fs.ErrNotExist):
+	case atBundle && errors.Is(err, fs.ErrNotExist):
 		return exitUnusable, "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+	case atBundle && errors.Is(err, fs.ErrPermission):
+		return exitError, "hint: you cannot read the bundle; check its and its directories' permissions"
+	case errors.Is(err, broadcast.ErrNoBundle):
+		return exitUnusable, ""
+	case errors.Is(err, fs.ErrNotExist):
+		return exitError, "hint: a path kbundle needed does not exist; if it is the destination's, check --to or KBUNDLE_LOCAL_DIR"
 	case errors.Is(err, fs.ErrPermission):
-		return exitError, "hint: you cannot read it; check its and its directories' permissions"
+		return exitError, "hint: permission denied; if on the destination, choose one you can write (--to or KBUNDLE_LOCAL_DIR)"
 	}
 	return exitError, ""
 }

@@ -37,7 +37,7 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rc, err := openBundle(a[0], &bundle.OpenOptions{Trusted: true})
+	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true})
 	if err != nil {
 		return err
 	}

@@ -113,10 +113,11 @@ func version() string {
 func newApp(stdout, stderr io.Writer) *cli.App {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
 	return &cli.App{
-		Name:     "kbundle",
-		HelpName: "kbundle",
-		Usage:    "start an MPI job with a warm compiled-kernel cache",
-		Version:  version(),
+		Name:      "kbundle",
+		HelpName:  "kbundle",
+		Usage:     "start an MPI job with a warm compiled-kernel cache",
+		UsageText: "kbundle COMMAND [flags] [arguments]\nkbundle help COMMAND",
+		Version:   version(),
 		Description: "Exit status: 0 ok, 1 error, 2 usage error, 3 bundle unusable " +
 			"(missing, damaged or untrusted). Flags may come before or after arguments.\n" +
 			"Documentation: " + docsURL,

@@ -82,6 +82,11 @@ func say(c *cli.Context, format string, a ...any) {
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: "+format+"\n", a...)
 }
 
+// warn prints one "kbundle: warning: ..." line on stderr, even with --quiet.
+func warn(c *cli.Context, format string, a ...any) {
+	fmt.Fprintf(c.App.ErrWriter, "kbundle: warning: "+format+"\n", a...)
+}
+
 // writeJSON writes v as one indented JSON object and a newline.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -44,7 +44,7 @@ func init() {
 				return err
 			}
 			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
-				warmWarn("%s holds nothing for preset %s: was it filled by that framework?", safe(dir), presetNames(missing))
+				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), presetNames(missing))
 			}
 			return reportPack(c, dir, res, time.Since(start))
 		},

@@ -78,12 +78,16 @@ func helpLine(l string) bool {
 // failure, which files and directories must NOT exist (absent GLOB...).
 func TestScripts(t *testing.T) {
 	deadline, _ := t.Deadline() // a hang fails the script, with its log, before go test kills everything
+	// testscript removes its root folder only once every script has run:
+	// with -run selecting some, it would stay behind.
+	var root sync.Once
 	testscript.Run(t, testscript.Params{
 		Dir:      filepath.Join("testdata", "script"),
 		Deadline: deadline,
 		Setup: func(env *testscript.Env) error {
 			// Another user must be able to enter the work directory
 			// (as-other); testscript makes it and its parent private.
+			root.Do(func() { t.Cleanup(func() { os.RemoveAll(filepath.Dir(env.WorkDir)) }) })
 			for _, d := range []string{filepath.Dir(env.WorkDir), env.WorkDir} {
 				if err := os.Chmod(d, 0o755); err != nil {
 					return err
@@ -443,5 +447,44 @@ func TestVectors(t *testing.T) {
 	}
 	if n < 50 {
 		t.Fatalf("only %d vectors", n)
+	}
+}
+
+// TestScriptsLint catches what testscript would accept silently but not
+// mean: `! exists GLOB` (exists does not expand globs, so the assertion
+// always holds: use absent), and $WORK or $REPO inside single quotes
+// (not expanded there: close the quotes around them, or use ${WORK@R} in
+// a regexp). Scripts written for the former runner made both mistakes.
+func TestScriptsLint(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "script", "*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scripts: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "-- ") { // txtar files follow
+				break
+			}
+			cmd := line
+			for strings.HasPrefix(cmd, "[") && strings.Contains(cmd, "] ") {
+				_, cmd, _ = strings.Cut(cmd, "] ")
+			}
+			if rest, ok := strings.CutPrefix(cmd, "! exists "); ok && strings.ContainsAny(rest, "*?[") {
+				t.Errorf("%s:%d: ! exists does not expand globs: use absent %s", f, i+1, rest)
+			}
+			quoted := false
+			for j := 0; j < len(cmd); j++ {
+				switch {
+				case cmd[j] == '\'':
+					quoted = !quoted
+				case quoted && cmd[j] == '$' && (strings.HasPrefix(cmd[j:], "$WORK") || strings.HasPrefix(cmd[j:], "$REPO") || strings.HasPrefix(cmd[j:], "${WORK") || strings.HasPrefix(cmd[j:], "${REPO")):
+					t.Errorf("%s:%d: %s is not expanded inside single quotes", f, i+1, cmd[j:min(j+7, len(cmd))])
+				}
+			}
+		}
 	}
 }

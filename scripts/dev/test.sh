@@ -17,6 +17,14 @@ scripts/dev/deps.sh test
 export KBUNDLE_TEST_MPI=1 KBUNDLE_TEST_JIT=1 KBUNDLE_TEST_BIG=1
 fuzztime=${KBUNDLE_FUZZTIME:-10s}
 
+echo "== gofmt"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "kbundle: not gofmt-formatted (run gofmt -w):" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
 echo "== go vet"
 go vet ./...
 CC=mpicc.openmpi go vet -tags mpi ./...
