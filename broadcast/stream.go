@@ -153,7 +153,6 @@ func receiveBody(comm Comm, n, chunk int64, sink Sink, st *Stats, local *error) 
 type memorySink struct {
 	b    []byte
 	n    int64 // bytes of the body so far
-	pre  int   // header length
 	tail []byte
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/synth"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 	"github.com/kbundle/kbundle/load"
 )
 
@@ -48,35 +49,6 @@ func run(t *testing.T, nodes []int, plan func(rank int) load.Plan, corrupt map[i
 		return err
 	})
 	return sums, errs
-}
-
-func sameFiles(t *testing.T, a, b string) {
-	t.Helper()
-	err := filepath.WalkDir(a, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(a, p)
-		q := filepath.Join(b, rel)
-		fi, err := os.Stat(q)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() != fi.IsDir() {
-			return fmt.Errorf("%s: kind differs", rel)
-		}
-		if !d.IsDir() {
-			x, _ := os.ReadFile(p)
-			y, _ := os.ReadFile(q)
-			if string(x) != string(y) {
-				return fmt.Errorf("%s: content differs", rel)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // nothingUnder fails if dir holds anything but keep.
@@ -121,7 +93,7 @@ func TestRunNodes(t *testing.T) {
 				}
 			}
 			for n := range c.nodes[len(c.nodes)-1] + 1 {
-				sameFiles(t, src, filepath.Join(base, fmt.Sprintf("n%d", n), "dest"))
+				tree.Same(t, src, filepath.Join(base, fmt.Sprintf("n%d", n), "dest"), tree.Options{Mtimes: true})
 				nothingUnder(t, filepath.Join(base, fmt.Sprintf("n%d", n)), "dest")
 			}
 			if s := sums[0]; s.Nodes != c.nodes[len(c.nodes)-1]+1 || s.Entries == 0 || s.Held == 0 {
