@@ -287,7 +287,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 		if err == nil {
 			origin := s.Meta()[bundle.MetaOrigin]
 			for _, p := range presets {
-				if err = p.Relocate(st.Dir(), origin); err != nil {
+				if err = p.RelocateStaged(st.Dir(), l.plan.Dest, origin); err != nil {
 					err = fmt.Errorf("preset %s: %w", p.Name, err)
 					break
 				}
