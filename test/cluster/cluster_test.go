@@ -291,8 +291,18 @@ var (
 	srunLaunches = []launch{{"srun-pmix", testutil.OpenMPI, true}, {"srun-pmi2", testutil.MPICH, true}}
 )
 
-// argv returns the command line that runs argv as np ranks on 3 nodes.
+// argv returns the command line that runs argv as np ranks on 3 nodes,
+// as a user would (mpirun kills the job when a rank fails or dies).
 func (c *cluster) argv(l launch, argv ...string) []string {
+	return c.argvKeep(l, false, argv...)
+}
+
+// argvKeep is argv; with keep, Open MPI's mpirun lets every rank end on
+// its own after one exits non-zero (to check every rank's exit status).
+func (c *cluster) argvKeep(l launch, keep bool, argv ...string) []string {
+	if keep && !l.srun && l.v == testutil.OpenMPI {
+		argv = append([]string{"--mca", "orte_abort_on_non_zero_status", "0"}, argv...)
+	}
 	agent := filepath.Join(c.state, "rsh")
 	switch {
 	case l.srun:
@@ -308,8 +318,6 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 			"--mca", "plm_rsh_agent", agent,
 			"--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
 			"--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none",
-			// every rank's own exit status, not mpirun's kill of the others
-			"--mca", "orte_abort_on_non_zero_status", "0",
 			"--host", c.hostList(), "-np", strconv.Itoa(np)}
 		return append(a, argv...)
 	default:
@@ -319,13 +327,13 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 	}
 }
 
-// job runs argv as np ranks with launch l.
+// job runs argv as np ranks with launch l, each rank ending on its own.
 func (c *cluster) job(t *testing.T, l launch, env []string, argv ...string) *result {
 	t.Helper()
 	if l.srun {
 		c.needSlurm(t)
 	}
-	return run(t, env, c.argv(l, argv...)...)
+	return run(t, env, c.argvKeep(l, true, argv...)...)
 }
 
 // wrapper is a script on the shared file system that runs its arguments on
