@@ -109,6 +109,7 @@ func TestKilledLeader(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			needNetworkPath(t, l)
 			kb := c.kbundle(t, l.v)
+			t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) }) // after the links are back
 			parent := c.localDir(t)
 			victim := c.nodes[1]
 			c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
@@ -139,7 +140,8 @@ func TestKilledLeader(t *testing.T) {
 }
 
 // TestTimeout: the link of kbn3 is cut (ip link set kbv3 down) in the
-// middle of a broadcast started with --timeout 8s: the job ends within
+// middle of a broadcast started with --timeout 8s (or KBUNDLE_TIMEOUT=8s):
+// the job ends within
 // 60 s of the cut, with a message about the timeout from the ranks that
 // can still speak; with the link back, a new load cleans what the cut one
 // left.
@@ -147,40 +149,48 @@ func TestTimeout(t *testing.T) {
 	c := needCluster(t)
 	file := bigBundle(t, c)
 	timeoutMsg := regexp.MustCompile(`(?im)^kbundle: .*(timed out|timeout)`)
+	type how struct {
+		name string
+		flag []string // before --bundle
+		env  []string
+	}
 	for _, l := range mpiLaunches {
-		t.Run(l.name, func(t *testing.T) {
-			needNetworkPath(t, l)
-			kb := c.kbundle(t, l.v)
-			parent := c.localDir(t)
-			victim := c.nodes[2]
-			dev := "kbv" + strings.TrimPrefix(victim, "kbn")
-			c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
-			t.Cleanup(func() { exec.Command("ip", "link", "set", dev, "up").Run() })
-			args := []string{kb, "load", "--timeout", "8s", "--bundle", file, "--to", filepath.Join(parent, "dest")}
-			p := start(t, jobTimeout, nil, c.argv(l, args...)...)
-			if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
-				r := p.wait(t)
-				t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
-			}
-			if b, err := exec.Command("ip", "link", "set", dev, "down").CombinedOutput(); err != nil {
-				t.Fatalf("ip link set %s down: %v %s", dev, err, b)
-			}
-			cut := time.Now()
-			r := waitEnd(t, p, cut, "the link cut")
-			t.Logf("the job ended %v after the cut, exit %d", time.Since(cut).Round(time.Millisecond), r.code)
-			if b, err := exec.Command("ip", "link", "set", dev, "up").CombinedOutput(); err != nil {
-				t.Fatalf("ip link set %s up: %v %s", dev, err, b)
-			}
-			if r.code == 0 {
-				t.Errorf("the job succeeded although a node was cut off: %s", r)
-			}
-			if !timeoutMsg.MatchString(r.stderr) {
-				t.Errorf("no `kbundle: ... timed out` message: %s", r)
-			}
-			c.noStrays(t, kb, 15*time.Second)
-			unshape(c.nodes[1], c.nodes[2])
-			c.reload(t, l, kb, parent)
-		})
+		for _, h := range []how{{"flag", []string{"--timeout", "8s"}, nil}, {"env", nil, []string{"KBUNDLE_TIMEOUT=8s"}}} {
+			t.Run(l.name+"/"+h.name, func(t *testing.T) {
+				needNetworkPath(t, l)
+				kb := c.kbundle(t, l.v)
+				t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) }) // after the link is back
+				parent := c.localDir(t)
+				victim := c.nodes[2]
+				dev := "kbv" + strings.TrimPrefix(victim, "kbn")
+				c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
+				t.Cleanup(func() { exec.Command("ip", "link", "set", dev, "up").Run() })
+				args := append(append([]string{kb, "load"}, h.flag...), "--bundle", file, "--to", filepath.Join(parent, "dest"))
+				p := start(t, jobTimeout, h.env, c.argv(l, args...)...)
+				if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
+					r := p.wait(t)
+					t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
+				}
+				if b, err := exec.Command("ip", "link", "set", dev, "down").CombinedOutput(); err != nil {
+					t.Fatalf("ip link set %s down: %v %s", dev, err, b)
+				}
+				cut := time.Now()
+				r := waitEnd(t, p, cut, "the link cut")
+				t.Logf("the job ended %v after the cut, exit %d", time.Since(cut).Round(time.Millisecond), r.code)
+				if b, err := exec.Command("ip", "link", "set", dev, "up").CombinedOutput(); err != nil {
+					t.Fatalf("ip link set %s up: %v %s", dev, err, b)
+				}
+				if r.code == 0 {
+					t.Errorf("the job succeeded although a node was cut off: %s", r)
+				}
+				if !timeoutMsg.MatchString(r.stderr) {
+					t.Errorf("no `kbundle: ... timed out` message: %s", r)
+				}
+				c.noStrays(t, kb, 15*time.Second)
+				unshape(c.nodes[1], c.nodes[2])
+				c.reload(t, l, kb, parent)
+			})
+		}
 	}
 }
 
