@@ -1,6 +1,7 @@
 package broadcast_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -24,7 +25,7 @@ func ExampleLoadBundle() {
 	os.WriteFile(filepath.Join(cache, "triton", "k.json"), []byte(`{"kernel":1}`), 0o644)
 	store := filepath.Join(tmp, "store")
 	os.Mkdir(store, 0o700)
-	if _, err := bundle.Pack(cache, filepath.Join(store, broadcast.BundleName), nil); err != nil {
+	if _, err := bundle.Pack(context.Background(), cache, filepath.Join(store, broadcast.BundleName), nil); err != nil {
 		log.Fatal(err)
 	}
 

@@ -1,12 +1,11 @@
 package broadcast
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -16,17 +15,15 @@ import (
 const (
 	// BundleName is the bundle's file name inside a cache directory.
 	BundleName = "cache.kbundle"
-	// DefaultChunkSize is the size of each broadcast call.
-	DefaultChunkSize = 64 << 20
+	// DefaultChunkSize is the size of each broadcast call: small enough
+	// that reading, broadcasting and extracting overlap, large enough for
+	// the network's full speed.
+	DefaultChunkSize = 8 << 20
 	// MaxChunkSize is the largest chunk size accepted.
 	MaxChunkSize = mpi.MaxCount
 	// CacheDirEnv names the cache directory whose BundleName is loaded
 	// when no path is given.
 	CacheDirEnv = "KBUNDLE_CACHE_DIR"
-	// ChunkEnv, when set on rank 0, overrides the default chunk size in
-	// bytes. It is a testing knob: small chunks exercise many broadcast
-	// calls with small bundles.
-	ChunkEnv = "KBUNDLE_BCAST_CHUNK"
 )
 
 // Stats says where a load spent its time; WithStats asks for them. The
@@ -35,8 +32,8 @@ type Stats struct {
 	Path   string        // the bundle file (rank 0)
 	Size   int64         // bytes broadcast
 	Chunks int           // broadcast calls for the bytes
-	Read   time.Duration // rank 0: open, read and check the file
-	Bcast  time.Duration // status and bytes broadcast
+	Read   time.Duration // rank 0: open the file and read it (overlaps Bcast)
+	Bcast  time.Duration // the whole stream: status, prelude and body
 	Check  time.Duration // parse and digest check of what was received, and agreement
 }
 
@@ -44,11 +41,6 @@ type options struct {
 	path, dir string
 	chunk     int64
 	stats     *Stats
-	// spool, when set (LoadToNodes), is a node-local directory where a
-	// receiving rank writes the bundle as it arrives instead of holding
-	// it in memory; cleanup then closes and removes that file.
-	spool   string
-	cleanup func()
 }
 
 // An Option changes what LoadBundle does. Options only matter on rank 0
@@ -62,7 +54,7 @@ func WithPath(path string) Option { return func(o *options) { o.path = path } }
 func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 
 // WithChunkSize sets the size of each broadcast call (1 to MaxChunkSize
-// bytes), overriding $KBUNDLE_BCAST_CHUNK and DefaultChunkSize.
+// bytes) instead of DefaultChunkSize.
 func WithChunkSize(n int64) Option { return func(o *options) { o.chunk = n } }
 
 // WithStats fills s with this rank's timings.
@@ -77,41 +69,24 @@ func (o *options) locate() (string, error) {
 	case o.dir != "":
 		return filepath.Join(o.dir, BundleName), nil
 	}
+	// The one environment variable a library package reads: LoadBundle(comm)
+	// is the in-process call of an application, which has no command line
+	// to pass the cache directory through.
 	if d := os.Getenv(CacheDirEnv); d != "" {
 		return filepath.Join(d, BundleName), nil
 	}
 	return "", fmt.Errorf("no bundle given and %s is not set", CacheDirEnv)
 }
 
-func (o *options) chunkSize() (int64, error) {
-	n := o.chunk
-	if n == 0 {
-		s := os.Getenv(ChunkEnv)
-		if s == "" {
-			return DefaultChunkSize, nil
-		}
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v <= 0 {
-			return 0, fmt.Errorf("%s=%q: want a positive number of bytes", ChunkEnv, s)
-		}
-		n = v
-	}
-	if n <= 0 || n > MaxChunkSize {
-		return 0, fmt.Errorf("chunk size %d not in [1, %d]", n, int64(MaxChunkSize))
-	}
-	return n, nil
-}
-
 // LoadBundle loads a bundle on every rank of comm; it is collective.
 //
 // Rank 0 locates the bundle (WithPath, WithDir, else
-// $KBUNDLE_CACHE_DIR/cache.kbundle) and reads it with bundle.ReadFile:
-// one open, a trust check (owner and permissions of the file and its
-// directory), one sequential read, and checks of the trailer, index and
-// whole-file digest. It then broadcasts a fixed-size status: either the
-// size and digest, or its failure and reason. The bytes follow in chunks.
-// Every other rank checks what it received against the digest, and the
-// ranks agree on the outcome.
+// $KBUNDLE_CACHE_DIR/cache.kbundle) and opens it once with its trust
+// check (bundle.Open with Trusted: owner and permissions of the file and
+// its directory, checked on the open descriptor), then streams it to every
+// rank (Stream, docs/WIRE.md). Every rank, rank 0 included, checks what it
+// holds: header, trailer, index and whole-file digest. The ranks agree on
+// the outcome.
 //
 // On success every rank returns a reader over the same bytes (held in
 // memory: each rank holds the whole bundle). If rank 0 cannot use the
@@ -129,154 +104,83 @@ func LoadBundle(comm Comm, opts ...Option) (*bundle.Reader, error) {
 	if o.stats == nil {
 		o.stats = new(Stats)
 	}
-	r, _, err := load(comm, &o)
-	return r, err
+	if comm == nil {
+		return nil, errors.New("broadcast: nil communicator")
+	}
+	var src *bundle.Reader
+	var srcErr error
+	if comm.Rank() == 0 {
+		t := time.Now()
+		var rc *bundle.ReadCloser
+		rc, srcErr = openRoot(&o)
+		if srcErr == nil {
+			defer rc.Close()
+			src = rc.Reader
+		}
+		o.stats.Read = time.Since(t)
+	}
+	if o.chunk < 0 || o.chunk > MaxChunkSize {
+		return nil, fmt.Errorf("broadcast: chunk size %d not in [1, %d]", o.chunk, int64(MaxChunkSize))
+	}
+	sink := &memorySink{}
+	local, err := Stream(comm, src, srcErr, o.chunk, sink, o.stats)
+	if err != nil {
+		return nil, err
+	}
+	t := time.Now()
+	var r *bundle.Reader
+	if local == nil {
+		r, local = bundle.NewReaderBytes(sink.b)
+		if local == nil {
+			local = r.Verify(context.Background(), nil)
+		}
+		if local != nil {
+			local = fmt.Errorf("%w: %w: %w", ErrNoBundle, ErrTransfer, local)
+		}
+	}
+	fail, err := agree(comm, local)
+	o.stats.Check = time.Since(t)
+	if err != nil {
+		return nil, err
+	}
+	if fail != nil {
+		return nil, fail
+	}
+	return r, nil
+}
+
+// openRoot opens the bundle on rank 0 as a loader must: located, one open,
+// trust checked on the descriptor.
+func openRoot(o *options) (*bundle.ReadCloser, error) {
+	path, err := o.locate()
+	if err != nil {
+		return nil, err
+	}
+	o.stats.Path = path
+	return bundle.Open(path, &bundle.OpenOptions{Trusted: true})
 }
 
 func commErr(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", ErrComm, what, err)
 }
 
-// load is LoadBundle; it also returns the bytes.
-func load(comm Comm, o *options) (*bundle.Reader, []byte, error) {
-	if comm == nil {
-		return nil, nil, errors.New("broadcast: nil communicator")
-	}
-	rank, size := comm.Rank(), comm.Size()
-	if size < 1 || rank < 0 || rank >= size {
-		return nil, nil, fmt.Errorf("broadcast: rank %d of %d: not a valid communicator", rank, size)
-	}
-	st := o.stats
-
-	// Rank 0 reads and checks the bundle, and decides the chunking.
-	var (
-		data []byte
-		r    *bundle.Reader
-		head *status
-	)
-	t := time.Now()
-	if rank == 0 {
-		head = readRoot(o, &data, &r)
-		st.Read = time.Since(t)
-		t = time.Now()
-	}
-	msg := make([]byte, statusLen)
-	if rank == 0 {
-		msg = head.encode()
-	}
-	if err := comm.Bcast(msg, 0); err != nil {
-		return nil, nil, commErr("status broadcast", err)
-	}
-	head, err := decodeStatus(msg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if head.failed {
-		st.Bcast = time.Since(t)
-		return nil, nil, head.err()
-	}
-
-	// The bytes, in chunks of rank 0's choosing: into memory, or through
-	// one chunk buffer into a node-local spool file.
-	var sp *spool
-	if rank != 0 {
-		if o.spool != "" {
-			sp = newSpool(o.spool, head.chunk)
-			o.cleanup = sp.remove
-		} else {
-			if head.size > math.MaxInt {
-				return nil, nil, fmt.Errorf("%w: bundle of %d bytes does not fit in memory", ErrStatus, head.size)
-			}
-			data = make([]byte, head.size)
-		}
-	}
-	st.Size = head.size
-	for off := int64(0); off < head.size; off += head.chunk {
-		end := min(off+head.chunk, head.size)
-		var b []byte
-		if sp != nil {
-			b = sp.buf[:end-off]
-		} else {
-			b = data[off:end]
-		}
-		if err := comm.Bcast(b, 0); err != nil {
-			return nil, nil, commErr(fmt.Sprintf("bundle broadcast at byte %d", off), err)
-		}
-		sp.write(b)
-		st.Chunks++
-	}
-	st.Bcast = time.Since(t)
-	t = time.Now()
-
-	// Every receiver checks its copy; then all agree.
-	var local error
-	switch {
-	case sp != nil:
-		r, local = sp.reader(head.size, head.digest)
-	case rank != 0:
-		r, local = receivedReader(data, head.digest)
-	}
-	fail, err := agree(comm, local)
-	st.Check = time.Since(t)
-	if err != nil {
-		return nil, nil, err
-	}
-	if fail != nil {
-		return nil, nil, fail
-	}
-	return r, data, nil
-}
-
-// readRoot reads and checks the bundle on rank 0 and describes the result.
-func readRoot(o *options, data *[]byte, r **bundle.Reader) *status {
-	chunk, err := o.chunkSize()
-	if err != nil {
-		return failure(fmt.Errorf("broadcast: %w", err), 0, 1)
-	}
-	path, err := o.locate()
-	if err != nil {
-		return failure(fmt.Errorf("%w: %w", ErrNoBundle, err), 0, 1)
-	}
-	o.stats.Path = path
-	b, err := bundle.ReadFile(path)
-	if err == nil {
-		*r, err = bundle.NewReaderBytes(b)
-	}
-	if err != nil {
-		return failure(fmt.Errorf("%w: %w", ErrNoBundle, err), 0, 1)
-	}
-	*data = b
-	return &status{chunk: chunk, size: int64(len(b)), digest: (*r).FileDigest()}
-}
-
-// receivedReader checks bytes received from rank 0.
-func receivedReader(data []byte, want bundle.Digest) (*bundle.Reader, error) {
-	r, err := bundle.NewReaderBytes(data)
-	return checkReceived(r, err, want)
-}
-
-// checkReceived checks a reader over what was received from rank 0: its
-// whole-file digest, and that it is the digest rank 0 announced.
-func checkReceived(r *bundle.Reader, err error, want bundle.Digest) (*bundle.Reader, error) {
-	if err == nil {
-		err = r.VerifyFileDigest()
-	}
-	if err == nil && r.FileDigest() != want {
-		err = fmt.Errorf("%w: digest %s, rank 0 sent %s", bundle.ErrChecksum, r.FileDigest(), want)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w: %w", ErrNoBundle, ErrTransfer, err)
-	}
-	return r, nil
-}
-
 // agree makes every rank return the same outcome: nil if local is nil on
 // every rank, else the lowest failing rank's error (as an *Error) on all.
 func agree(comm Comm, local error) (*Error, error) {
+	return Agree(comm, local, 1)
+}
+
+// Agree makes every rank of comm return the same outcome; it is
+// collective. It returns nil if local is nil on every rank, else the same
+// *Error on every rank: the lowest failing rank's reason and sentinels,
+// with the reasons of up to max-1 other failing ranks in Reasons (in rank
+// order; an identical reason is kept once) and the number of failing
+// ranks. An error matching ErrComm means the communicator failed.
+func Agree(comm Comm, local error, max int) (*Error, error) {
 	rank, size := comm.Rank(), comm.Size()
-	bad, me := int64(0), int64(size)
+	bad := int64(0)
 	if local != nil {
-		bad, me = 1, int64(rank)
+		bad = 1
 	}
 	n, err := comm.AllreduceInt64(bad, mpi.Sum)
 	if err != nil {
@@ -285,35 +189,55 @@ func agree(comm Comm, local error) (*Error, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	first, err := comm.AllreduceInt64(me, mpi.Min)
-	if err != nil {
-		return nil, commErr("agreement", err)
-	}
-	if first < 0 || first >= int64(size) {
-		return nil, fmt.Errorf("%w: agreement: failing rank %d of %d", ErrStatus, first, size)
-	}
-	msg := make([]byte, statusLen)
-	if int64(rank) == first {
-		var s *status
-		var e *Error
-		if errors.As(local, &e) {
-			// Already agreed among a subset (the leaders): keep its reason.
-			s = &status{failed: true, mask: e.mask, reason: e.Reason}
-		} else {
-			s = failure(local, 0, 0)
+	var out *Error
+	seen := map[string]bool{}
+	prev := int64(-1)
+	for i := 0; i < max; i++ {
+		me := int64(size)
+		if local != nil && int64(rank) > prev {
+			me = int64(rank)
 		}
-		s.rank, s.ranks = int(first), int(n)
-		msg = s.encode()
+		next, err := comm.AllreduceInt64(me, mpi.Min)
+		if err != nil {
+			return nil, commErr("agreement", err)
+		}
+		if next >= int64(size) {
+			break
+		}
+		if next < 0 {
+			return nil, fmt.Errorf("%w: agreement: failing rank %d of %d", ErrStatus, next, size)
+		}
+		msg := make([]byte, statusLen)
+		if int64(rank) == next {
+			var s *status
+			var e *Error
+			if errors.As(local, &e) {
+				s = &status{failed: true, mask: e.mask, reason: e.Reason}
+			} else {
+				s = failure(local, 0, 0)
+			}
+			s.rank, s.ranks = int(next), int(n)
+			msg = s.encode()
+		}
+		if err := comm.Bcast(msg, int(next)); err != nil {
+			return nil, commErr("agreement", err)
+		}
+		s, err := decodeStatus(msg)
+		if err != nil {
+			return nil, err
+		}
+		if !s.failed {
+			return nil, fmt.Errorf("%w: agreement: failing rank %d sent success", ErrStatus, next)
+		}
+		if out == nil {
+			out = s.err().(*Error)
+		}
+		if !seen[s.reason] {
+			seen[s.reason] = true
+			out.Reasons = append(out.Reasons, s.reason)
+		}
+		out.mask |= s.mask
+		prev = next
 	}
-	if err := comm.Bcast(msg, int(first)); err != nil {
-		return nil, commErr("agreement", err)
-	}
-	s, err := decodeStatus(msg)
-	if err != nil {
-		return nil, err
-	}
-	if !s.failed {
-		return nil, fmt.Errorf("%w: agreement: failing rank %d sent success", ErrStatus, first)
-	}
-	return s.err().(*Error), nil
+	return out, nil
 }

@@ -1,15 +1,17 @@
-package broadcast
+package broadcast_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
+	. "github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
 )
 
@@ -48,7 +50,7 @@ func testBundle(t *testing.T) (tree, file string) {
 	if err := os.Mkdir(filepath.Dir(out), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bundle.Pack(tree, out, nil); err != nil {
+	if _, err := bundle.Pack(context.Background(), tree, out, nil); err != nil {
 		t.Fatal(err)
 	}
 	return tree, out
@@ -115,7 +117,7 @@ func TestLoadBundle(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stats := make([]Stats, c.np)
-			results := onEveryRank(fakeWorld(make([]int, c.np)...), func(comm *fakeComm) error {
+			results := broadcasttest.OnEveryRank(broadcasttest.World(make([]int, c.np)...), func(comm *broadcasttest.Comm) error {
 				opts := []Option{WithPath(file), WithStats(&stats[comm.Rank()])}
 				if c.chunk != 0 {
 					opts = append(opts, WithChunkSize(c.chunk))
@@ -136,7 +138,13 @@ func TestLoadBundle(t *testing.T) {
 			if chunk == 0 {
 				chunk = DefaultChunkSize
 			}
-			want := int((fi.Size() + chunk - 1) / chunk)
+			rc, err := bundle.Open(file, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := rc.BodyEnd() - rc.BodyStart()
+			rc.Close()
+			want := int((body + chunk - 1) / chunk)
 			for rank, s := range stats {
 				if s.Chunks != want || s.Size != fi.Size() {
 					t.Errorf("rank %d: %d chunks of %d bytes, want %d of %d", rank, s.Chunks, s.Size, want, fi.Size())
@@ -152,9 +160,8 @@ func TestLoadBundle(t *testing.T) {
 func TestLoadBundleFromEnvironment(t *testing.T) {
 	tree, file := testBundle(t)
 	t.Setenv(CacheDirEnv, filepath.Dir(file))
-	t.Setenv(ChunkEnv, "777")
 	var s Stats
-	r, err := LoadBundle(fakeWorld(0)[0], WithStats(&s))
+	r, err := LoadBundle(broadcasttest.World(0)[0], WithStats(&s), WithChunkSize(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,15 +210,11 @@ func TestLoadBundleFailures(t *testing.T) {
 			t.Setenv(CacheDirEnv, "")
 			return nil
 		}, []error{ErrNoBundle}, CacheDirEnv},
-		{"bad chunk size", func(t *testing.T, file string) []Option {
-			t.Setenv(ChunkEnv, "-5")
-			return []Option{WithPath(file)}
-		}, nil, ChunkEnv},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, file := testBundle(t)
 			opts := c.setup(t, file)
-			errs := onEveryRank(fakeWorld(0, 0, 0), func(comm *fakeComm) error {
+			errs := broadcasttest.OnEveryRank(broadcasttest.World(0, 0, 0), func(comm *broadcasttest.Comm) error {
 				r, err := LoadBundle(comm, opts...)
 				if r != nil {
 					t.Errorf("rank %d: reader with error %v", comm.Rank(), err)
@@ -261,13 +264,14 @@ func flip(t *testing.T, file string, off int64) {
 // with that rank's reason.
 func TestTransferDamage(t *testing.T) {
 	_, file := testBundle(t)
-	world := fakeWorld(0, 0, 0, 0)
-	world[2].corrupt = func(b []byte) {
-		if len(b) != statusLen {
+	world := broadcasttest.World(0, 0, 0, 0)
+	n := 0
+	world[2].Corrupt = func(b []byte) { // the status, the prelude, then the body
+		if n++; n == 3 {
 			b[len(b)/2] ^= 1
 		}
 	}
-	errs := onEveryRank(world, func(comm *fakeComm) error {
+	errs := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) error {
 		_, err := LoadBundle(comm, WithPath(file))
 		return err
 	})
@@ -280,102 +284,4 @@ func TestTransferDamage(t *testing.T) {
 			t.Errorf("rank %d: %q, rank 0: %q", rank, err, errs[0])
 		}
 	}
-}
-
-func TestLoadToNodes(t *testing.T) {
-	_, file := testBundle(t)
-	base := t.TempDir()
-	world := fakeWorld(0, 0, 1, 1, 1)
-	var afterCalls counter
-	results := onEveryRank(world, func(comm *fakeComm) *NodeResult {
-		dest := filepath.Join(base, "node", string(rune('0'+comm.g.nodes[comm.rank])))
-		res, err := LoadToNodes(comm, NodeOptions{Dest: dest, After: func(d string, r *bundle.Reader) error {
-			afterCalls.add()
-			if d != dest {
-				t.Errorf("After got %q, want %q", d, dest)
-			}
-			return nil
-		}}, WithPath(file), WithChunkSize(4096))
-		if err != nil {
-			t.Errorf("rank %d: %v", comm.rank, err)
-		}
-		return res
-	})
-	for rank, res := range results {
-		if res == nil {
-			continue
-		}
-		leader := rank == 0 || rank == 2
-		if res.Leader != leader || res.Nodes != 2 || (res.Reader != nil) != leader {
-			t.Errorf("rank %d: leader %v nodes %d reader %v", rank, res.Leader, res.Nodes, res.Reader != nil)
-		}
-	}
-	if afterCalls.n != 2 {
-		t.Errorf("After ran %d times, want 2", afterCalls.n)
-	}
-	for _, n := range []string{"0", "1"} {
-		rc, err := bundle.Open(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameTree(t, rc.Reader, filepath.Join(base, "node", n))
-		rc.Close()
-	}
-}
-
-// TestLoadToNodesExtractFailure: the leader of node 1 cannot write its
-// destination; every rank gets its reason.
-func TestLoadToNodesExtractFailure(t *testing.T) {
-	_, file := testBundle(t)
-	base := t.TempDir()
-	blocker := filepath.Join(base, "file")
-	if err := os.WriteFile(blocker, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	world := fakeWorld(0, 0, 1, 1)
-	errs := onEveryRank(world, func(comm *fakeComm) error {
-		dest := filepath.Join(base, "ok")
-		if comm.g.nodes[comm.rank] == 1 {
-			dest = filepath.Join(blocker, "sub") // parent is a file
-		}
-		_, err := LoadToNodes(comm, NodeOptions{Dest: dest}, WithPath(file))
-		return err
-	})
-	for rank, err := range errs {
-		var e *Error
-		if !errors.As(err, &e) || e.Rank != 2 || errors.Is(err, ErrNoBundle) {
-			t.Errorf("rank %d: %v", rank, err)
-		}
-		if err != nil && err.Error() != errs[0].Error() {
-			t.Errorf("rank %d: %q, rank 0: %q", rank, err, errs[0])
-		}
-	}
-}
-
-// TestLoadToNodesNoBundle: rank 0's reason reaches the non-leaders too.
-func TestLoadToNodesNoBundle(t *testing.T) {
-	base := t.TempDir()
-	errs := onEveryRank(fakeWorld(0, 0, 1, 1), func(comm *fakeComm) error {
-		_, err := LoadToNodes(comm, NodeOptions{Dest: filepath.Join(base, "d")}, WithPath(filepath.Join(base, "missing")))
-		return err
-	})
-	for rank, err := range errs {
-		if !errors.Is(err, ErrNoBundle) || !errors.Is(err, fs.ErrNotExist) || err.Error() != errs[0].Error() {
-			t.Errorf("rank %d: %v", rank, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(base, "d")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("destination exists after a failed load: %v", err)
-	}
-}
-
-type counter struct {
-	mu sync.Mutex
-	n  int
-}
-
-func (c *counter) add() {
-	c.mu.Lock()
-	c.n++
-	c.mu.Unlock()
 }

@@ -65,7 +65,10 @@ type Error struct {
 	Rank   int    // the failing rank (in the communicator the call was given)
 	Ranks  int    // how many ranks failed
 	Reason string // the failing rank's message
-	mask   uint32
+	// Reasons are the distinct reasons collected (Reason first), for
+	// Agree with max above 1.
+	Reasons []string
+	mask    uint32
 }
 
 func (e *Error) Error() string {
@@ -105,6 +108,7 @@ const MaxReason = 1024
 //	size    uint64   bundle size in bytes
 //	digest  [16]byte whole-file digest
 //	rlen    uint32   reason length (<= MaxReason)
+//	prelude uint64   length of the prelude (header, index, trailer) sent first
 //	reason  [MaxReason]byte
 //
 // Integers are little-endian.
@@ -113,13 +117,14 @@ type status struct {
 	mask        uint32
 	rank, ranks int
 	chunk, size int64
+	prelude     int64
 	digest      bundle.Digest
 	reason      string
 }
 
 const (
-	statusMagic = "KBs1"
-	statusHead  = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 16 + 4
+	statusMagic = "KBs2" // wire version 2: docs/WIRE.md
+	statusHead  = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 16 + 4 + 8
 	statusLen   = statusHead + MaxReason
 )
 
@@ -151,6 +156,7 @@ func (s *status) encode() []byte {
 	copy(b[36:52], s.digest[:])
 	r := truncate(s.reason, MaxReason)
 	le.PutUint32(b[52:], uint32(len(r)))
+	le.PutUint64(b[56:], uint64(s.prelude))
 	copy(b[statusHead:], r)
 	return b
 }
@@ -175,7 +181,10 @@ func decodeStatus(b []byte) (*status, error) {
 	rank, ranks := le.Uint32(b[12:]), le.Uint32(b[16:])
 	chunk, size := le.Uint64(b[20:]), le.Uint64(b[28:])
 	rlen := le.Uint32(b[52:])
+	prelude := le.Uint64(b[56:])
 	switch {
+	case prelude > size:
+		return nil, fmt.Errorf("%w: prelude of %d bytes in a bundle of %d", ErrStatus, prelude, size)
 	case s.mask>>len(sentinels) != 0:
 		return nil, fmt.Errorf("%w: unknown error bits %#x", ErrStatus, s.mask)
 	case rank > 1<<30 || ranks > 1<<30:
@@ -190,7 +199,7 @@ func decodeStatus(b []byte) (*status, error) {
 		return nil, fmt.Errorf("%w: reason of %d bytes", ErrStatus, rlen)
 	}
 	s.rank, s.ranks = int(rank), int(ranks)
-	s.chunk, s.size = int64(chunk), int64(size)
+	s.chunk, s.size, s.prelude = int64(chunk), int64(size), int64(prelude)
 	copy(s.digest[:], b[36:52])
 	s.reason = strings.ToValidUTF8(string(b[statusHead:statusHead+int(rlen)]), "?")
 	return s, nil

@@ -9,7 +9,9 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -80,7 +82,7 @@ func pack(t testing.TB, dir string, opt *PackOptions) (string, *PackResult) {
 		opt.SegmentSize = MinSegmentSize
 	}
 	out := filepath.Join(t.TempDir(), "cache.kbundle")
-	res, err := Pack(dir, out, opt)
+	res, err := Pack(context.Background(), dir, out, opt)
 	if err != nil {
 		t.Fatalf("Pack: %v", err)
 	}
@@ -151,19 +153,19 @@ func TestRoundTrip(t *testing.T) {
 			if len(res.Skipped) != 0 {
 				t.Fatalf("skipped %v", res.Skipped)
 			}
-			rc, err := Open(out)
+			rc, err := Open(out, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer rc.Close()
-			if err := rc.Verify(context.Background(), 0); err != nil {
+			if err := rc.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 0}); err != nil {
 				t.Fatal(err)
 			}
 			if rc.FileDigest() != res.Digest {
 				t.Fatal("digest differs from PackResult")
 			}
 			dest := filepath.Join(t.TempDir(), "dest")
-			if _, err := rc.Extract(dest, nil); err != nil {
+			if _, err := rc.Extract(context.Background(), dest, nil); err != nil {
 				t.Fatal(err)
 			}
 			sameTree(t, src, dest)
@@ -229,20 +231,24 @@ func TestDedupStoresOnce(t *testing.T) {
 func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
-	os.Symlink("a.ptx", filepath.Join(src, "link"))
-	os.WriteFile(filepath.Join(src, ".cache.kbundle.tmp-123"), []byte("junk"), 0o600)
+	os.Symlink("a.ptx", filepath.Join(src, "link"))        // inside: stored as a copy
+	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
+	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
+	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
+	os.WriteFile(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x"), []byte("junk"), 0o600)
 	os.WriteFile(filepath.Join(src, "skip.lock"), []byte("x"), 0o600)
 	out := filepath.Join(src, "cache.kbundle")
 	for range 2 { // the second run must not pack the first run's output
-		res, err := Pack(src, out, &PackOptions{Host: fixedHost, Exclude: []string{"*.lock"}})
+		res, err := Pack(context.Background(), src, out, &PackOptions{Host: fixedHost, Exclude: []string{"*.lock"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Files != 1 || len(res.Skipped) != 1 || res.Skipped[0] != "symlink link" {
-			t.Fatalf("files=%d skipped=%v", res.Files, res.Skipped)
+		want := []string{"fifo fifo", "symlink passwd (absolute target /etc/passwd)", "symlink up (points outside the directory)"}
+		if res.Files != 2 || !slices.Equal(res.Skipped, want) || !slices.Equal(res.Copied, []string{"link -> a.ptx"}) {
+			t.Fatalf("files=%d skipped=%q copied=%q", res.Files, res.Skipped, res.Copied)
 		}
 	}
-	if err := os.Remove(filepath.Join(src, ".cache.kbundle.tmp-123")); err != nil {
+	if err := os.Remove(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x")); err != nil {
 		t.Fatal(err)
 	}
 	left, _ := filepath.Glob(filepath.Join(src, ".cache.kbundle.tmp-*"))
@@ -255,7 +261,7 @@ func TestPackFailureLeavesNothing(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "bad\\name"), []byte("a"), 0o644)
 	outDir := t.TempDir()
-	_, err := Pack(src, filepath.Join(outDir, "x.kbundle"), &PackOptions{Host: fixedHost})
+	_, err := Pack(context.Background(), src, filepath.Join(outDir, "x.kbundle"), &PackOptions{Host: fixedHost})
 	if !errors.Is(err, ErrInsecurePath) {
 		t.Fatalf("err = %v, want ErrInsecurePath", err)
 	}
@@ -270,7 +276,7 @@ func TestMetadata(t *testing.T) {
 	mt := time.Unix(1234567890, 123456789)
 	os.Chtimes(filepath.Join(src, "a"), mt, mt)
 	out, _ := pack(t, src, &PackOptions{Preset: "numba"})
-	rc, err := Open(out)
+	rc, err := Open(out, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +287,7 @@ func TestMetadata(t *testing.T) {
 	}
 	t.Setenv("SOURCE_DATE_EPOCH", "42")
 	out, _ = pack(t, src, nil)
-	rc2, _ := Open(out)
+	rc2, _ := Open(out, nil)
 	defer rc2.Close()
 	if got := rc2.Meta()[MetaContentTime]; got != "1970-01-01T00:00:42Z" {
 		t.Fatalf("content_time = %q", got)
@@ -291,18 +297,18 @@ func TestMetadata(t *testing.T) {
 func TestExtractRefusesNonEmptyDest(t *testing.T) {
 	src := makeTree(t, 6, 10)
 	out, _ := pack(t, src, nil)
-	rc, _ := Open(out)
+	rc, _ := Open(out, nil)
 	defer rc.Close()
 	dest := filepath.Join(t.TempDir(), "dest")
 	os.Mkdir(dest, 0o755)
 	os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
-	if _, err := rc.Extract(dest, nil); !errors.Is(err, ErrExist) {
+	if _, err := rc.Extract(context.Background(), dest, nil); !errors.Is(err, ErrExist) {
 		t.Fatalf("err = %v, want ErrExist", err)
 	}
 	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
 		t.Fatal("old content touched")
 	}
-	if _, err := rc.Extract(dest, &ExtractOptions{Force: true}); err != nil {
+	if _, err := rc.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, src, dest)

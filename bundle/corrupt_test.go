@@ -74,7 +74,7 @@ func openVerify(data []byte) (opened bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	return true, r.Verify(context.Background(), 1)
+	return true, r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 1})
 }
 
 // TestEveryBitFlip flips every bit of small valid bundles, one at a time,
@@ -153,7 +153,7 @@ func TestEveryBitFlipBehindTheFileDigest(t *testing.T) {
 			copy(data[fd:], d[:])
 			r, err := NewReaderBytes(data)
 			if err == nil {
-				err = r.Verify(context.Background(), 1)
+				err = r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 1})
 			}
 			switch {
 			case err != nil && !isSentinel(err):
@@ -191,7 +191,7 @@ func TestTruncateEveryOffset(t *testing.T) {
 		if err := os.WriteFile(p, orig[:n], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Open(p)
+		_, err := Open(p, nil)
 		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), p) {
 			t.Fatalf("Open of a file cut to %d bytes: %v, want ErrFormat naming the file", n, err)
 		}
@@ -255,7 +255,7 @@ func TestExtractDamagedLeavesNothing(t *testing.T) {
 			}
 			parent := t.TempDir()
 			dest := filepath.Join(parent, "dest")
-			_, err = r.Extract(dest, &ExtractOptions{Jobs: 2})
+			_, err = r.Extract(context.Background(), dest, &ExtractOptions{Jobs: 2})
 			if c.file == "file-digest-wrong.kbundle" {
 				if err != nil {
 					t.Fatalf("only the file digest is wrong, contents are fine: %v", err)
@@ -299,7 +299,7 @@ func TestExtractHostileNamesDefenceInDepth(t *testing.T) {
 				t.Fatal(err)
 			}
 			dest := filepath.Join(parent, "dest")
-			_, err = r.Extract(dest, nil)
+			_, err = r.Extract(context.Background(), dest, nil)
 			if err == nil {
 				t.Fatalf("%s: Extract succeeded", bad)
 			}
@@ -333,7 +333,7 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.WriteFile(dest, []byte("precious"), 0o600)
 		for _, force := range []bool{false, true} {
-			if _, err := r.Extract(dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), dest) {
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), dest) {
 				t.Fatalf("force=%v: %v, want ErrExist naming %s", force, err, dest)
 			}
 		}
@@ -349,7 +349,7 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Symlink(target, dest)
 		for _, force := range []bool{false, true} {
-			if _, err := r.Extract(dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) {
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) {
 				t.Fatalf("force=%v: %v, want ErrExist", force, err)
 			}
 		}
@@ -368,7 +368,7 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		target := filepath.Join(t.TempDir(), "nowhere")
 		os.Symlink(target, dest)
-		if _, err := r.Extract(dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrExist) {
+		if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrExist) {
 			t.Fatalf("%v, want ErrExist", err)
 		}
 		if _, err := os.Lstat(target); err == nil {
@@ -379,7 +379,7 @@ func TestExtractDestinations(t *testing.T) {
 		parent := t.TempDir()
 		os.WriteFile(filepath.Join(parent, "f"), nil, 0o600)
 		dest := filepath.Join(parent, "f", "dest")
-		if _, err := r.Extract(dest, nil); err == nil {
+		if _, err := r.Extract(context.Background(), dest, nil); err == nil {
 			t.Fatal("succeeded")
 		}
 		if bad := leftovers(t, parent, "f"); len(bad) != 0 {
@@ -394,7 +394,7 @@ func TestExtractDestinations(t *testing.T) {
 		ro := filepath.Join(parent, "ro")
 		os.Mkdir(ro, 0o500)
 		defer os.Chmod(ro, 0o700)
-		if _, err := r.Extract(filepath.Join(ro, "dest"), nil); err == nil {
+		if _, err := r.Extract(context.Background(), filepath.Join(ro, "dest"), nil); err == nil {
 			t.Fatal("succeeded")
 		}
 		if ents, _ := os.ReadDir(ro); len(ents) != 0 {
@@ -405,7 +405,7 @@ func TestExtractDestinations(t *testing.T) {
 		parent := t.TempDir()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, err := r.Extract(filepath.Join(parent, "dest"), &ExtractOptions{Context: ctx})
+		_, err := r.Extract(ctx, filepath.Join(parent, "dest"), nil)
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("%v, want context.Canceled", err)
 		}
@@ -422,7 +422,7 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Mkdir(dest, 0o700)
 		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o600)
-		if _, err := bad.Extract(dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrChecksum) {
+		if _, err := bad.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrChecksum) {
 			t.Fatalf("%v, want ErrChecksum", err)
 		}
 		if b, _ := os.ReadFile(filepath.Join(dest, "old")); string(b) != "old" {
@@ -439,7 +439,7 @@ func TestExtractDestinations(t *testing.T) {
 		parent := t.TempDir()
 		dest := filepath.Join(parent, "dest")
 		os.Mkdir(dest, 0o755)
-		if _, err := r.Extract(dest, nil); err != nil {
+		if _, err := r.Extract(context.Background(), dest, nil); err != nil {
 			t.Fatal(err)
 		}
 		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
@@ -484,7 +484,7 @@ func TestTrust(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, file := setup(t, c.dirMode, c.fileMode)
-			for _, check := range []func(string) error{CheckTrust, func(p string) error { _, err := ReadFile(p); return err }} {
+			for _, check := range []func(string) error{CheckTrust, openTrusted} {
 				err := check(file)
 				if c.bad == "" {
 					if err != nil {
@@ -519,7 +519,7 @@ func TestTrust(t *testing.T) {
 		b := slices.Clone(data)
 		b[100] ^= 1
 		os.WriteFile(file, b, 0o600)
-		if _, err := ReadFile(file); !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), file) {
+		if err := openTrusted(file); !errors.Is(err, ErrChecksum) || !strings.Contains(err.Error(), file) {
 			t.Fatalf("%v, want ErrChecksum naming the file", err)
 		}
 	})
@@ -540,13 +540,13 @@ func TestOpenFIFO(t *testing.T) {
 	}
 	for name, open := range map[string]func() error{
 		"Open": func() error {
-			rc, err := Open(p)
+			rc, err := Open(p, nil)
 			if err == nil {
 				rc.Close()
 			}
 			return err
 		},
-		"ReadFile":   func() error { _, err := ReadFile(p); return err },
+		"trusted":    func() error { return openTrusted(p) },
 		"CheckTrust": func() error { return CheckTrust(p) },
 	} {
 		done := make(chan error, 1)
@@ -564,4 +564,15 @@ func TestOpenFIFO(t *testing.T) {
 			t.Fatalf("%s: still waiting on a FIFO after 5s (a hang)", name)
 		}
 	}
+}
+
+// openTrusted opens path as the loader does (one open, trust checked on
+// the descriptor) and checks its whole-file digest.
+func openTrusted(path string) error {
+	rc, err := Open(path, &OpenOptions{Trusted: true})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return rc.Verify(context.Background(), nil)
 }

@@ -8,24 +8,24 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"strconv"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// ExtractOptions tune Extract. The zero value is valid.
+// ExtractOptions tune Extract and Stage. The zero value is valid.
 type ExtractOptions struct {
 	// Force replaces a non-empty destination (atomically where the kernel
 	// can exchange two directories, else by two renames).
 	Force bool
 	// Jobs is the number of parallel workers; 0 means all cores.
 	Jobs int
-	// Progress, when set, is called with bytes of content written so far.
+	// Progress, when set, is called with the bytes of content written so
+	// far and the total, from 0 up to total (calls may come from several
+	// goroutines, with done never decreasing).
 	Progress func(done, total int64)
-	// Context cancels the extraction; nil means context.Background().
-	Context context.Context
 }
 
 // ExtractResult says what Extract did.
@@ -42,12 +42,43 @@ type ExtractResult struct {
 // and nanosecond mtimes, and renames the result into place: a reader of
 // dest sees either what was there before or the whole tree, never part of
 // it. dest itself gets mode 0700. A non-empty dest is refused with ErrExist
-// unless opt.Force. On failure nothing is left behind.
-func (r *Reader) Extract(dest string, opt *ExtractOptions) (res *ExtractResult, err error) {
+// unless opt.Force. On failure or cancellation nothing is left behind.
+// Extract is Stage, Install and Commit.
+func (r *Reader) Extract(ctx context.Context, dest string, opt *ExtractOptions) (*ExtractResult, error) {
+	s, err := r.Stage(ctx, dest, opt)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Install(); err != nil {
+		s.Abort()
+		return nil, err
+	}
+	return s.Result(), s.Commit()
+}
+
+// Staged is a tree extracted next to its destination but not yet in
+// place: the first half of an extraction that must succeed everywhere or
+// nowhere (on every node of a job). Install moves it into place, Commit
+// then drops what it replaced, and Abort undoes either step. A Staged is
+// used from one goroutine.
+type Staged struct {
+	dest, parent string
+	tmp          string // the staged tree; after Install with replace, the old tree
+	created      string // topmost parent directory Stage created, or ""
+	replace      bool
+	installed    bool
+	done         bool
+	res          *ExtractResult
+}
+
+// Stage extracts the bundle into a private temporary sibling of dest (see
+// Extract) and checks that dest may be written, without touching dest.
+// Before it starts it removes the temporaries that killed kbundle
+// processes left in dest's parent (RemoveStale).
+func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_ *Staged, err error) {
 	if opt == nil {
 		opt = &ExtractOptions{}
 	}
-	ctx := opt.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -59,41 +90,150 @@ func (r *Reader) Extract(dest string, opt *ExtractOptions) (res *ExtractResult, 
 	if err != nil {
 		return nil, err
 	}
-	parent := filepath.Dir(dest)
-	created := missingAncestor(parent)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return nil, fmt.Errorf("cannot create %s: %w", parent, err)
-	}
-	defer func() {
-		if err != nil && created != "" { // remove the parents we made, if still empty
-			for d := parent; os.Remove(d) == nil && d != created; d = filepath.Dir(d) {
-			}
-		}
-	}()
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dest)+".kbundle-tmp-")
-	if err != nil {
-		return nil, fmt.Errorf("cannot extract into %s: %w", parent, err)
+	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace}
+	s.created = missingAncestor(s.parent)
+	if err := os.MkdirAll(s.parent, 0o700); err != nil {
+		return nil, fmt.Errorf("cannot create %s: %w", s.parent, err)
 	}
 	defer func() {
 		if err != nil {
-			removeTree(tmp)
+			s.removeCreated()
 		}
 	}()
-	res, err = r.extractInto(ctx, tmp, opt)
+	RemoveStale(s.parent) // best effort: a failure here must not stop the load
+	tempsMu.Lock()
+	s.tmp, err = os.MkdirTemp(s.parent, tempPattern(filepath.Base(dest)))
+	if err == nil {
+		temps[s.tmp] = true
+	}
+	tempsMu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("cannot extract into %s: %w", s.parent, err)
+	}
+	defer func() {
+		if err != nil {
+			removeTree(s.tmp)
+			untrack(s.tmp)
+		}
+	}()
+	s.res, err = r.extractInto(ctx, s.tmp, opt)
 	if err != nil {
 		return nil, err
 	}
-	res.Dest = dest
-	if err := os.Chmod(tmp, 0o700); err != nil {
+	s.res.Dest = dest
+	if err := os.Chmod(s.tmp, 0o700); err != nil {
 		return nil, err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := syncDir(s.tmp); err != nil {
 		return nil, err
 	}
-	if err := install(tmp, dest, replace); err != nil {
-		return nil, err
+	return s, nil
+}
+
+// Dir is the staged tree's temporary directory, where it can still be
+// changed (such as a preset's path relocation) before Install.
+func (s *Staged) Dir() string { return s.tmp }
+
+// Dest is the destination directory.
+func (s *Staged) Dest() string { return s.dest }
+
+// Result says what was extracted.
+func (s *Staged) Result() *ExtractResult { return s.res }
+
+// Install moves the staged tree into place atomically. It fails, leaving
+// dest as it was, if dest was filled meanwhile (and Stage was not told
+// to replace it).
+func (s *Staged) Install() error {
+	if s.done || s.installed {
+		return errors.New("bundle: Install on a finished or installed Staged")
 	}
-	return res, syncDir(parent)
+	if !s.replace {
+		// rename(2), not os.Rename: it atomically replaces an empty
+		// directory (os.Rename refuses any existing directory), and fails
+		// if someone filled dest meanwhile.
+		if err := unix.Renameat(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest); err != nil {
+			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
+		}
+		untrack(s.tmp)
+		s.tmp = ""
+	} else if err := unix.Renameat2(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest, unix.RENAME_EXCHANGE); err == nil {
+		// s.tmp now holds the old tree, removed by Commit.
+	} else {
+		// No RENAME_EXCHANGE (some network file systems): move the old tree
+		// aside, then the new one in; between the two renames dest is
+		// missing for an instant.
+		old := s.tmp + ".old"
+		if err := os.Rename(s.dest, old); err != nil {
+			return fmt.Errorf("cannot replace %s: %w", s.dest, err)
+		}
+		if err := os.Rename(s.tmp, s.dest); err != nil {
+			os.Rename(old, s.dest)
+			return fmt.Errorf("cannot replace %s: %w", s.dest, err)
+		}
+		untrack(s.tmp)
+		track(old, true)
+		s.tmp = old
+	}
+	s.installed = true
+	return syncDir(s.parent)
+}
+
+// Commit ends a successful installation: it removes the tree that dest
+// held before, if any.
+func (s *Staged) Commit() error {
+	if !s.installed || s.done {
+		return errors.New("bundle: Commit before Install")
+	}
+	s.done = true
+	if s.tmp == "" {
+		return nil
+	}
+	err := removeTree(s.tmp)
+	untrack(s.tmp)
+	return err
+}
+
+// Abort undoes Stage, or Install when it was installed: dest is left as
+// it was before Stage (the replaced tree is put back), and the temporary
+// tree and the parent directories Stage created are removed.
+func (s *Staged) Abort() error {
+	if s == nil || s.done {
+		return nil
+	}
+	s.done = true
+	var err error
+	if s.installed {
+		if s.replace {
+			// s.tmp holds the old tree: swap it back.
+			if e := unix.Renameat2(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest, unix.RENAME_EXCHANGE); e != nil {
+				return fmt.Errorf("cannot put the old %s back: %w (it is in %s)", s.dest, e, s.tmp)
+			}
+		} else {
+			// Take the new tree out of dest before removing it, so dest
+			// disappears at once rather than file by file.
+			s.tmp = filepath.Join(s.parent, "."+filepath.Base(s.dest)+tempTag+host()+"-"+strconv.Itoa(os.Getpid())+"-abort")
+			if e := os.Rename(s.dest, s.tmp); e != nil {
+				return fmt.Errorf("cannot take %s back: %w", s.dest, e)
+			}
+			track(s.tmp, true)
+		}
+	}
+	if s.tmp != "" {
+		err = removeTree(s.tmp)
+		untrack(s.tmp)
+	}
+	s.removeCreated()
+	return err
+}
+
+// removeCreated removes the parent directories Stage created, if still
+// empty.
+func (s *Staged) removeCreated() {
+	if s.created == "" {
+		return
+	}
+	for d := s.parent; os.Remove(d) == nil && d != s.created; d = filepath.Dir(d) {
+	}
 }
 
 // checkDest decides whether dest may be written: it may be missing or an
@@ -122,47 +262,6 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it"}
 	}
 	return true, nil
-}
-
-// install moves the finished tree tmp to dest.
-func install(tmp, dest string, replace bool) error {
-	if !replace {
-		// rename(2), not os.Rename: it atomically replaces an empty
-		// directory (os.Rename refuses any existing directory), and fails
-		// if someone filled dest meanwhile.
-		if err := unix.Renameat(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest); err != nil {
-			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
-		}
-		return nil
-	}
-	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dest, unix.RENAME_EXCHANGE)
-	if err == nil {
-		return removeTree(tmp) // tmp now holds the old tree
-	}
-	old := tmp + ".old"
-	if err := os.Rename(dest, old); err != nil {
-		return fmt.Errorf("cannot replace %s: %w", dest, err)
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		os.Rename(old, dest)
-		return fmt.Errorf("cannot replace %s: %w", dest, err)
-	}
-	return removeTree(old)
-}
-
-// removeTree removes a tree extracted earlier, whose directories may be
-// read-only (restored modes): it makes each writable before emptying it.
-func removeTree(dir string) error {
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("cannot remove the old tree %s: %w", dir, err)
-	}
-	return nil
 }
 
 // missingAncestor returns the topmost of dir and its ancestors that does
@@ -214,12 +313,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 			}
 		}
 	}
-	total := r.ix.dataLen
-	var done atomic.Int64
-	var progress func(int64)
-	if opt.Progress != nil {
-		progress = func(n int64) { opt.Progress(done.Add(n), total) }
-	}
+	progress := cumulative(r.ix.dataLen, opt.Progress)
 	err = r.forEachBlob(ctx, opt.Jobs,
 		func(b *blob, data []byte) error {
 			if err := r.checkBlob(b, data); err != nil {

@@ -73,7 +73,7 @@ func FuzzReader(f *testing.F) {
 			}
 			return
 		}
-		verr := r.Verify(context.Background(), 2)
+		verr := r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 2})
 		if verr != nil && !isSentinel(verr) {
 			t.Fatalf("Verify: %v is not a bundle sentinel", verr)
 		}
@@ -235,7 +235,7 @@ func FuzzRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("reading what the Writer wrote: %v", err)
 		}
-		if err := r.Verify(context.Background(), 2); err != nil {
+		if err := r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 2}); err != nil {
 			t.Fatal(err)
 		}
 		if r.FileDigest() != w.Digest() {
@@ -436,9 +436,9 @@ func hugeEntryChild(t *testing.T) {
 			_, err = io.Copy(io.Discard, f)
 			return err
 		}},
-		{"Verify", func() error { return r.Verify(context.Background(), 2) }},
+		{"Verify", func() error { return r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 2}) }},
 		{"Extract", func() error {
-			_, err := r.Extract(filepath.Join(t.TempDir(), "d"), nil)
+			_, err := r.Extract(context.Background(), filepath.Join(t.TempDir(), "d"), nil)
 			return err
 		}},
 	} {

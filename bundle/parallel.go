@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"io"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -107,9 +106,7 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 	small func(b *blob, data []byte) error,
 	large func(b *blob, rd io.Reader) error,
 	progress func(n int64)) error {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+	workers = Jobs(workers)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs, bounds := r.plan()
@@ -126,28 +123,31 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 		}
 	}
 	run := &blobRun{r: r, segs: segs, bounds: bounds, small: small, large: large, progress: progress}
-	next := make(chan job)
+	lw := newLowWater(r, jobs)
+	next := make(chan int)
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var spill []byte
-			for j := range next {
-				if ctx.Err() != nil {
-					continue
+			for k := range next {
+				if ctx.Err() == nil {
+					if err := run.do(jobs[k], &spill, lw.mover(k)); err != nil {
+						cancel(err)
+					}
 				}
-				if err := run.do(j, &spill); err != nil {
-					cancel(err)
-				}
+				lw.finish(k)
 			}
 		}()
 	}
 feed:
-	for _, j := range jobs {
+	for k := range jobs {
+		lw.start(k)
 		select {
-		case next <- j:
+		case next <- k:
 		case <-ctx.Done():
+			lw.finish(k)
 			break feed
 		}
 	}
@@ -157,6 +157,92 @@ feed:
 		return err
 	}
 	return ctx.Err()
+}
+
+// releaser is the io.ReaderAt of a Stream: it can drop the bytes that no
+// job will read any more.
+type releaser interface{ release(off int64) }
+
+// lowWater tracks, for a Stream, the lowest segment that a job not yet
+// finished may still read, and releases the bytes below it. Jobs are fed
+// in order of their first segment; a large job moves on segment by
+// segment. For other readers it does nothing.
+type lowWater struct {
+	mu       sync.Mutex
+	r        *Reader
+	rel      releaser
+	inflight map[int]int // job → segment it reads next
+	rest     []int       // rest[k]: lowest first segment of jobs[k:]
+	fed      int
+	last     int
+}
+
+func newLowWater(r *Reader, jobs []job) *lowWater {
+	rel, ok := r.r.(releaser)
+	if !ok {
+		return nil
+	}
+	l := &lowWater{r: r, rel: rel, inflight: map[int]int{}, rest: make([]int, len(jobs)+1)}
+	l.rest[len(jobs)] = len(r.ix.packed)
+	for k := len(jobs) - 1; k >= 0; k-- {
+		l.rest[k] = min(l.rest[k+1], r.firstSeg(jobs[k]))
+	}
+	return l
+}
+
+// firstSeg is the first segment job j reads.
+func (r *Reader) firstSeg(j job) int {
+	if j.large != nil {
+		return int(j.large.off / r.ix.segSize)
+	}
+	return j.seg
+}
+
+func (l *lowWater) start(k int) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	l.inflight[k] = l.rest[k]
+	l.fed = k + 1
+	l.update()
+	l.mu.Unlock()
+}
+
+func (l *lowWater) finish(k int) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	delete(l.inflight, k)
+	l.update()
+	l.mu.Unlock()
+}
+
+// mover returns the function a large job calls before it reads segment
+// seg, or nil.
+func (l *lowWater) mover(k int) func(seg int) {
+	if l == nil {
+		return nil
+	}
+	return func(seg int) {
+		l.mu.Lock()
+		l.inflight[k] = seg
+		l.update()
+		l.mu.Unlock()
+	}
+}
+
+// update releases what lies below every unfinished job; l.mu is held.
+func (l *lowWater) update() {
+	low := l.rest[l.fed]
+	for _, seg := range l.inflight {
+		low = min(low, seg)
+	}
+	if low > l.last {
+		l.last = low
+		l.rel.release(l.r.segOff[low])
+	}
 }
 
 type blobRun struct {
@@ -174,13 +260,14 @@ func (br *blobRun) report(n int64) {
 	}
 }
 
-func (br *blobRun) do(j job, spill *[]byte) error {
+func (br *blobRun) do(j job, spill *[]byte, onSeg func(seg int)) error {
 	r := br.r
 	if j.large != nil {
 		b := j.large
 		rd := r.openBlob(r.entry(b.entries[0]))
 		rd.private = true
 		rd.ownIdx = -1
+		rd.onSeg = onSeg
 		err := br.large(b, rd)
 		putBuf(rd.own)
 		if err == nil {
@@ -245,21 +332,61 @@ func (r *Reader) checkBlob(b *blob, data []byte) error {
 	return nil
 }
 
-// Verify checks the whole-file digest and then every content digest, in
-// parallel on up to jobs goroutines (0: all cores).
-func (r *Reader) Verify(ctx context.Context, jobs int) error {
-	return r.VerifyProgress(ctx, jobs, nil)
+// cumulative turns the increments reported by workers into ordered calls
+// of progress with the running total: done grows from 0 to total, each
+// call after the previous one has returned. It returns nil for a nil
+// progress.
+func cumulative(total int64, progress func(done, total int64)) func(n int64) {
+	if progress == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	var done int64
+	return func(n int64) {
+		if n <= 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		done += n
+		progress(done, total)
+	}
 }
 
-// VerifyProgress is Verify reporting the bytes of content checked so far.
-func (r *Reader) VerifyProgress(ctx context.Context, jobs int, progress func(n int64)) error {
+// VerifyOptions tune Verify. The zero value is valid.
+type VerifyOptions struct {
+	// Deep decodes every segment and checks every entry's content digest
+	// besides the whole-file digest. Without it Verify only checks the
+	// whole-file digest over the stored bytes, at the speed of reading
+	// them: any damaged byte is caught, but not a bundle written wrong in
+	// the first place.
+	Deep bool
+	// Jobs is the number of parallel workers for Deep; 0 means all cores.
+	Jobs int
+	// Progress, when set, is called with the bytes checked so far and the
+	// total (stored bytes; with Deep, content bytes), as for Extract.
+	Progress func(done, total int64)
+}
+
+// Verify checks the bundle: its whole-file digest, and with opt.Deep every
+// content digest too, in parallel.
+func (r *Reader) Verify(ctx context.Context, opt *VerifyOptions) error {
+	if opt == nil {
+		opt = &VerifyOptions{}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !opt.Deep {
+		return r.verifyFileDigest(ctx, cumulative(r.size-16, opt.Progress)) // the digest covers all but its own 16 bytes
+	}
 	// The whole-file digest is computed beside the content checks; its
 	// error, if any, comes first (it names the likelier cause).
 	fileErr := make(chan error, 1)
-	go func() { fileErr <- r.VerifyFileDigest() }()
-	err := r.forEachBlob(ctx, jobs, r.checkBlob,
+	go func() { fileErr <- r.verifyFileDigest(ctx, nil) }()
+	err := r.forEachBlob(ctx, opt.Jobs, r.checkBlob,
 		func(_ *blob, rd io.Reader) error { _, err := io.Copy(io.Discard, rd); return err },
-		progress)
+		cumulative(r.ix.dataLen, opt.Progress))
 	if ferr := <-fileErr; ferr != nil {
 		return ferr
 	}

@@ -2,7 +2,9 @@ package bundle
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -43,18 +45,47 @@ type cachedSeg struct {
 // ReadCloser is a Reader over a file opened by Open.
 type ReadCloser struct {
 	*Reader
-	f *os.File
+	f         *os.File
+	untrusted error
 }
+
+// Untrusted says why Open with Trusted would have refused the bundle
+// (ErrUntrusted), or returns nil. Open without Trusted still walks the
+// path as the trusted open does, so that commands that only read a bundle
+// (info, ls, verify) can report it.
+func (rc *ReadCloser) Untrusted() error { return rc.untrusted }
 
 // Close closes the bundle file.
 func (rc *ReadCloser) Close() error { return rc.f.Close() }
 
-// Open opens the bundle file name. It does not check trust: see ReadFile
-// and CheckTrust.
-func Open(name string) (*ReadCloser, error) {
+// OpenOptions tune Open. The zero value is valid.
+type OpenOptions struct {
+	// Trusted refuses (ErrUntrusted) a bundle that someone other than the
+	// current user or root could have written: the file is checked on the
+	// opened descriptor, with its directory (see CheckTrust). Loading a
+	// bundle for execution (extract, load) asks for it.
+	Trusted bool
+}
+
+// Open opens the bundle file name, once: every check, including trust, is
+// made on the opened descriptor, and the header, trailer and index are
+// read and checked before anything is allocated by their size.
+func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
+	if opt == nil {
+		opt = &OpenOptions{}
+	}
 	// O_NONBLOCK: opening a FIFO must not wait for a writer (a hang); the
 	// file is then refused as not regular. Regular files ignore the flag.
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	// Trusted: the path is opened component by component and each is
+	// checked on its descriptor (OpenTrusted, trust.go).
+	var f *os.File
+	var err, untrusted error
+	if opt.Trusted {
+		f, err = OpenTrusted(name)
+	} else if f, untrusted, err = openTrustedPath(name, false, false); err != nil && !errors.Is(err, ErrFormat) {
+		f, err = os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		untrusted = nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +103,7 @@ func Open(name string) (*ReadCloser, error) {
 		f.Close()
 		return nil, err
 	}
-	return &ReadCloser{Reader: r, f: f}, nil
+	return &ReadCloser{Reader: r, f: f, untrusted: untrusted}, nil
 }
 
 // NewReader reads a bundle of the given size from r.
@@ -208,12 +239,58 @@ func (r *Reader) entry(i int) *Entry   { return &r.ix.entries[i] }
 func (r *Reader) segRaw(i int) int64   { return min(r.ix.segSize, r.ix.dataLen-int64(i)*r.ix.segSize) }
 func (r *Reader) errorf(e error) error { return inFile(e, r.name) }
 
-// VerifyFileDigest recomputes the digest of the whole file and compares it
-// with the trailer's.
-func (r *Reader) VerifyFileDigest() error {
+// verifyFileDigest recomputes the digest of the whole file and compares it
+// with the trailer's, reporting the bytes read to progress (may be nil).
+// Reading and hashing overlap: one goroutine reads the next buffer while
+// the caller hashes the previous one.
+func (r *Reader) verifyFileDigest(ctx context.Context, progress func(n int64)) error {
+	const bufSize = 4 << 20
+	type piece struct {
+		b   []byte
+		err error
+	}
+	n := r.size - 16
+	full := make(chan piece, 1)
+	free := make(chan []byte, 2)
+	free <- make([]byte, bufSize)
+	free <- make([]byte, bufSize)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(full)
+		for off := int64(0); off < n; {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			k := min(int64(len(b)), n-off)
+			_, err := r.r.ReadAt(b[:k], off)
+			select {
+			case full <- piece{b[:k], err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+			off += k
+		}
+	}()
 	h := newHasher()
-	if _, err := io.CopyBuffer(h, io.NewSectionReader(r.r, 0, r.size-16), make([]byte, 1<<20)); err != nil {
-		return err
+	for p := range full {
+		if p.err != nil {
+			return r.errorf(p.err)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h.Write(p.b)
+		if progress != nil {
+			progress(int64(len(p.b)))
+		}
+		free <- p.b[:cap(p.b)]
 	}
 	if hasherDigest(h) != r.fileDig {
 		return r.errorf(errf(ErrChecksum, "whole-file digest does not match (damaged in storage or transfer)"))
@@ -273,6 +350,7 @@ type blobReader struct {
 	private bool // decode into own instead of the shared cache
 	own     []byte
 	ownIdx  int
+	onSeg   func(seg int) // when set, called before a private decode of segment seg
 }
 
 func (r *Reader) openBlob(e *Entry) *blobReader {
@@ -304,6 +382,9 @@ func (b *blobReader) Read(p []byte) (int, error) {
 		case b.ownIdx == seg && b.own != nil:
 			data = b.own
 		default:
+			if b.onSeg != nil {
+				b.onSeg(seg)
+			}
 			b.own, err = b.r.segment(seg, b.own)
 			b.ownIdx, data = seg, b.own
 		}
@@ -337,3 +418,6 @@ func (r *Reader) ReadEntry(name string) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// ReaderAt returns the bundle's bytes as the Reader reads them.
+func (r *Reader) ReaderAt() io.ReaderAt { return r.r }

@@ -130,7 +130,7 @@ func TestVectors(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: NewReaderBytes: %v, want success then %s from Verify", c.doc, err, c.want)
 				}
-				err = r.Verify(context.Background(), 0)
+				err = r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 0})
 				if err == nil {
 					t.Fatalf("%s: Verify accepted it, want %s", c.doc, c.want)
 				}
@@ -145,9 +145,9 @@ func TestVectors(t *testing.T) {
 			if err := os.WriteFile(p, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			rc, err := Open(p)
+			rc, err := Open(p, nil)
 			if err == nil {
-				err = rc.Verify(context.Background(), 1)
+				err = rc.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 1})
 				rc.Close()
 			}
 			if !errors.Is(err, want) || !strings.Contains(err.Error(), p) {
@@ -164,7 +164,7 @@ func checkValid(t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Verify(context.Background(), 0); err != nil {
+	if err := r.Verify(context.Background(), &VerifyOptions{Deep: true, Jobs: 0}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -180,7 +180,7 @@ func checkValid(t *testing.T, data []byte) {
 		t.Fatal(err)
 	}
 	dest := filepath.Join(t.TempDir(), "dest")
-	if _, err := r.Extract(dest, nil); err != nil {
+	if _, err := r.Extract(context.Background(), dest, nil); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range r.Entries() {

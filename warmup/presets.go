@@ -51,7 +51,16 @@ type Preset struct {
 	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
 
-	relocate func(dest, origin string) error
+	relocate func(root, dest, origin string) error
+	// hitWrite reports whether a file the framework writes (or removes)
+	// in its cache on a cache hit is only bookkeeping, not a rebuild (pocl's
+	// empty last_accessed stamps). Check ignores those.
+	hitWrite func(c Change) bool
+	// refusals are substrings of lines the framework prints when it finds
+	// a cache entry but refuses it and compiles again without rewriting the
+	// file (JAX on XLA:CPU's AOT loader rejection, jax-ml/jax#38445): Check
+	// cannot see those in the files, so it watches the run's output.
+	refusals []string
 }
 
 // Presets returns the whole table, sorted by name. The returned presets
@@ -146,11 +155,19 @@ func (v Var) value(dest string) string {
 // dest. An empty origin means unknown: paths are then repaired from the
 // cache layout where the framework's layout allows it.
 func (p *Preset) Relocate(dest, origin string) error {
+	return p.RelocateStaged(dest, dest, origin)
+}
+
+// RelocateStaged is Relocate on a tree that is still at root and will be
+// moved to dest as it is (a staged extraction, see bundle.Staged): the
+// paths written point into dest. Relocating before the move means a
+// reader of dest never sees an unrelocated tree.
+func (p *Preset) RelocateStaged(root, dest, origin string) error {
 	for _, q := range p.closure() {
 		if q.relocate == nil {
 			continue
 		}
-		if err := q.relocate(dest, origin); err != nil {
+		if err := q.relocate(root, dest, origin); err != nil {
 			return fmt.Errorf("preset %s: %w", q.Name, err)
 		}
 	}

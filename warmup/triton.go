@@ -32,22 +32,39 @@ const maxGroupFile = 4 << 20
 // CACHE/KEY/FILE. Paths already under dest, and values that are not
 // strings, are left alone. Only group files under dest are written, each
 // atomically (temporary file, rename), keeping its mode.
-func relocateTriton(dest, origin string) error {
-	dest, err := filepath.Abs(dest)
+//
+// The tree may still be staged elsewhere (root) before it is moved to
+// dest: the paths written are dest's, the files looked at root's.
+func relocateTriton(root, dest, origin string) error {
+	root, err := filepath.Abs(root)
 	if err != nil {
+		return err
+	}
+	if dest, err = filepath.Abs(dest); err != nil {
 		return err
 	}
 	if origin != "" {
 		origin = filepath.Clean(origin)
 	}
-	return filepath.WalkDir(dest, func(path string, d fs.DirEntry, err error) error {
+	at := func(p string) string { // where a path under dest is now
+		rel, err := filepath.Rel(dest, p)
+		if err != nil || !filepath.IsLocal(rel) {
+			return p
+		}
+		return filepath.Join(root, rel)
+	}
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if !d.Type().IsRegular() || !isGroupFile(d.Name()) {
 			return nil
 		}
-		return rewriteGroupFile(path, dest, origin)
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		return rewriteGroupFile(path, filepath.Join(dest, rel), dest, origin, at)
 	})
 }
 
@@ -55,7 +72,9 @@ func isGroupFile(name string) bool {
 	return strings.HasPrefix(name, "__grp__") && strings.HasSuffix(name, ".json")
 }
 
-func rewriteGroupFile(path, dest, origin string) error {
+// rewriteGroupFile rewrites the group file at path, which will be grp
+// under dest; at maps a path under dest to where it is now.
+func rewriteGroupFile(path, grp, dest, origin string, at func(string) string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -88,7 +107,7 @@ func rewriteGroupFile(path, dest, origin string) error {
 		if !ok {
 			continue
 		}
-		if np, ok := relocatedPath(p, path, dest, origin); ok && np != p {
+		if np, ok := relocatedPath(p, grp, dest, origin, at); ok && np != p {
 			children[name] = np
 			changed = true
 		}
@@ -110,7 +129,7 @@ func rewriteGroupFile(path, dest, origin string) error {
 
 // relocatedPath returns where child path p of the group file grp belongs
 // under dest, and whether it found a place.
-func relocatedPath(p, grp, dest, origin string) (string, bool) {
+func relocatedPath(p, grp, dest, origin string, at func(string) string) (string, bool) {
 	if !filepath.IsAbs(p) {
 		return "", false
 	}
@@ -131,7 +150,7 @@ func relocatedPath(p, grp, dest, origin string) (string, bool) {
 		filepath.Join(keyDir, filepath.Base(p)),
 		filepath.Join(filepath.Dir(keyDir), filepath.Base(filepath.Dir(p)), filepath.Base(p)),
 	} {
-		if within(c, dest) && regularFile(c) {
+		if within(c, dest) && regularFile(at(c)) {
 			return c, true
 		}
 	}

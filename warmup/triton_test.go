@@ -174,7 +174,7 @@ func FuzzRelocateTritonGroup(f *testing.F) {
 		os.WriteFile(filepath.Join(dir, "a.cubin"), []byte("x"), 0o600)
 		grp := filepath.Join(dir, "__grp__a.json")
 		os.WriteFile(grp, data, 0o600)
-		err := relocateTriton(dest, "/old")
+		err := relocateTriton(dest, dest, "/old")
 		if err != nil && !errors.Is(err, ErrGroupFile) {
 			t.Fatalf("unexpected error kind: %v", err)
 		}

@@ -595,7 +595,7 @@ func TestCLIVectors(t *testing.T) {
 			}
 			return se.String(), code
 		}
-		verr, vcode := run("verify", file)
+		verr, vcode := run("verify", "--deep", file)
 		eerr, ecode := run("extract", file, "dest")
 		switch {
 		case outcome == "ok":

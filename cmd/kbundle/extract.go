@@ -21,17 +21,15 @@ func init() {
 			if c.NArg() != 2 {
 				return cli.Exit("usage: kbundle extract FILE DEST [--force]", exitUsage)
 			}
-			if err := bundle.CheckTrust(c.Args().Get(0)); err != nil {
-				return bundleExit(err)
-			}
-			rc, err := bundle.Open(c.Args().Get(0))
+			rc, err := bundle.Open(c.Args().Get(0), &bundle.OpenOptions{Trusted: true})
 			if err != nil {
 				return bundleExit(err)
 			}
 			defer rc.Close()
 			bar := newProgress("extracting")
-			res, err := rc.Extract(c.Args().Get(1), &bundle.ExtractOptions{
+			res, err := rc.Extract(c.Context, c.Args().Get(1), &bundle.ExtractOptions{
 				Force: c.Bool("force"), Jobs: c.Int("jobs"), Progress: bar.update})
+
 			bar.done()
 			if err != nil {
 				return bundleExit(err)

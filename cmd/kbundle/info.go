@@ -15,9 +15,12 @@ func openArg(c *cli.Context, usage string) (*bundle.ReadCloser, error) {
 	if c.NArg() != 1 {
 		return nil, cli.Exit("usage: "+usage, exitUsage)
 	}
-	rc, err := bundle.Open(c.Args().First())
+	rc, err := bundle.Open(c.Args().First(), nil)
 	if err != nil {
 		return nil, bundleExit(err)
+	}
+	if u := rc.Untrusted(); u != nil {
+		fmt.Fprintf(os.Stderr, "kbundle: warning: extract and load will refuse this bundle: %v\n", u)
 	}
 	return rc, nil
 }

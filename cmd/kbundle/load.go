@@ -15,9 +15,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/broadcast"
-	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -36,7 +36,9 @@ func init() {
 			"locally. With --preset, each node's copy is relocated for the framework and\n" +
 			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
-			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.",
+			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
+			"A failure on any node installs nothing on every node; the message names the\n" +
+			"failing hosts and their ranks.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "bundle `FILE` to load"},
 			dirFlag,
@@ -46,6 +48,8 @@ func init() {
 			presetFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"KBUNDLE_TIMEOUT"},
+				Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down"},
 		},
 		Action: loadAction,
 	})
@@ -68,6 +72,8 @@ type loadSummary struct {
 	MismatchNodes int      `json:"mismatch_nodes"`
 	MismatchKeys  []string `json:"mismatch_keys,omitempty"`
 	Env           []string `json:"env,omitempty"`
+	Presets       []string `json:"presets,omitempty"`
+	HeldBytes     int64    `json:"held_bytes"`
 }
 
 // selfComm is a communicator of one rank, for loading without MPI.
@@ -96,13 +102,14 @@ func (l *loader) warnf(format string, args ...any) {
 	}
 }
 
-// fail returns the exit error: printed by the speaker only, same code
-// everywhere.
+// fail returns the exit error, the same code everywhere. The speaker
+// prints the message now, before MPI_Finalize: once another rank has
+// exited non-zero, mpirun may kill this one before main could print it.
 func (l *loader) fail(msg string, code int) error {
-	if !l.speaker {
-		return cli.Exit("", code)
+	if l.speaker && msg != "" {
+		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: %s\n", msg)
 	}
-	return cli.Exit(msg, code)
+	return cli.Exit("", code)
 }
 
 func loadAction(c *cli.Context) error {
@@ -116,14 +123,14 @@ func loadAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return l.fail(fmt.Sprintf("load takes no arguments (got %q)", c.Args().First()), exitUsage)
 	}
-	var opts []broadcast.Option
+	var path string
 	switch file, dir := c.String("bundle"), c.String("dir"); {
 	case file != "" && c.IsSet("dir") && !envSet(c, "dir"):
 		return l.fail("pass --bundle FILE or --dir DIR, not both", exitUsage)
 	case file != "":
-		opts = append(opts, broadcast.WithPath(file))
+		path = file
 	case dir != "":
-		opts = append(opts, broadcast.WithDir(dir))
+		path = filepath.Join(dir, broadcast.BundleName)
 	default:
 		return l.fail("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_CACHE_DIR", exitUsage)
 	}
@@ -140,7 +147,7 @@ func loadAction(c *cli.Context) error {
 	}
 
 	if mpi.Enabled && (det.MPI || derr != nil) {
-		return l.withMPI(det, opts)
+		return l.withMPI(det, path)
 	}
 	var world broadcast.NodeComm = selfComm{}
 	if det.MPI {
@@ -149,18 +156,18 @@ func loadAction(c *cli.Context) error {
 		if det.LocalRank > 0 {
 			// Only the node's first task extracts; the others check the
 			// bundle and exit with the same status as far as they can tell.
-			_, err := broadcast.LoadBundle(world, opts...)
+			_, err := broadcast.LoadBundle(world, broadcast.WithPath(path))
 			if err != nil {
 				return l.fail(err.Error(), loadExitCode(err))
 			}
 			return nil
 		}
 	}
-	return l.run(world, false, jobID(), opts)
+	return l.run(world, false, jobID(), path)
 }
 
 // withMPI initialises MPI, loads over the world, and finalises.
-func (l *loader) withMPI(det detect.Result, opts []broadcast.Option) (err error) {
+func (l *loader) withMPI(det detect.Result, path string) (err error) {
 	if err := mpi.Init(); err != nil {
 		return cli.Exit(err.Error(), exitError)
 	}
@@ -189,7 +196,7 @@ func (l *loader) withMPI(det detect.Result, opts []broadcast.Option) (err error)
 	if id == "" {
 		id = "pid" + strconv.FormatInt(p, 10)
 	}
-	return l.run(broadcast.FromMPI(w), true, id, opts)
+	return l.run(broadcast.FromMPI(w), true, id, path)
 }
 
 func loadExitCode(err error) int {
@@ -200,79 +207,67 @@ func loadExitCode(err error) int {
 }
 
 // run loads over world and reports.
-func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, opts []broadcast.Option) error {
+func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path string) error {
 	c := l.c
 	dest, err := defaultDest(c.String("to"), job)
 	if err != nil {
 		return l.fail(err.Error(), exitError)
 	}
-	nopt := broadcast.NodeOptions{Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs"), BorrowNodeCPUs: true}
+	host, _ := os.Hostname()
+	plan := load.Plan{
+		Bundle: path, Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs"),
+		Presets: l.presets, UseRecorded: len(l.presets) == 0 && !c.IsSet("preset"),
+		Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true,
+		Timeout: c.Duration("timeout"),
+		OnTimeout: func(msg string) {
+			fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+			mpi.Abort(exitError)
+		},
+	}
+	if v := os.Getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
+			return l.fail(fmt.Sprintf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize)), exitUsage)
+		}
+		plan.ChunkSize = n
+	}
 	if n, err := ranksPerNode(); err != nil {
 		return l.fail(err.Error(), exitUsage)
 	} else if n > 0 && usingMPI {
-		nopt.RanksPerNode = n
-		nopt.Dest = fmt.Sprintf("%s.node%d", dest, world.Rank()/n)
+		plan.RanksPerNode = n
 	}
-	if len(l.presets) > 0 {
-		nopt.After = func(dest string, r *bundle.Reader) error {
-			origin := r.Meta()[bundle.MetaOrigin]
-			for _, p := range l.presets {
-				if err := p.Relocate(dest, origin); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+	if !usingMPI {
+		plan.Timeout = 0 // nothing collective to hang on
 	}
-	res, err := broadcast.LoadToNodes(world, nopt, opts...)
+	res, err := load.Run(c.Context, world, plan)
 	if err != nil {
-		msg := err.Error()
-		if h := hint(err); h != "" {
-			msg += "\nkbundle: " + h
-		}
 		if errors.Is(err, broadcast.ErrComm) {
-			return cli.Exit(msg, exitError) // local: every rank says it
+			return cli.Exit(err.Error(), exitError) // local: every rank says it
 		}
-		return l.fail(msg, loadExitCode(err))
-	}
-
-	// Hardware check: how many nodes differ from the warm-up machine.
-	var keys []string
-	if res.Leader {
-		keys = hostinfo.Diff(res.Reader.Meta(), hostinfo.Collect())
-	}
-	differ := int64(0)
-	if len(keys) > 0 {
-		differ = 1
-	}
-	nd, err := world.AllreduceInt64(differ, mpi.Sum)
-	if err != nil {
-		return cli.Exit(err.Error(), exitError)
+		return l.fail(loadMessage(err), loadExitCode(err))
 	}
 	if !l.speaker {
 		return nil
 	}
-
-	env, err := warmup.EnvFor(res.Extract.Dest, l.presets...)
-	if err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	r := res.Reader
 	s := loadSummary{
-		Dest: res.Extract.Dest, Bundle: res.Stats.Path, Entries: len(r.Entries()), Bytes: r.Size(),
-		RawBytes: r.RawSize(), Nodes: res.Nodes, Ranks: world.Size(), MPI: usingMPI,
-		ReadSeconds: res.Stats.Read.Seconds(), BcastSeconds: res.Stats.Bcast.Seconds(),
-		ExtractSecs: res.ExtractTime.Seconds(), TotalSeconds: res.Total.Seconds(),
-		MismatchNodes: int(nd), MismatchKeys: keys, Env: env,
+		Dest: res.Dest, Bundle: path, Entries: res.Entries, Bytes: res.Bytes,
+		RawBytes: res.RawBytes, Nodes: res.Nodes, Ranks: res.Ranks, MPI: usingMPI,
+		ReadSeconds: res.Read.Seconds(), BcastSeconds: res.Bcast.Seconds(),
+		ExtractSecs: res.Extract.Seconds(), TotalSeconds: res.Total.Seconds(),
+		MismatchNodes: res.MismatchNodes, MismatchKeys: res.MismatchKeys, Env: res.Env,
+		Presets: res.Presets, HeldBytes: res.Held,
 	}
-	if nd > 0 {
+	if len(res.EmptyPresets) > 0 {
+		l.warnf("the bundle has nothing for preset %s: its variables point at an empty directory", strings.Join(res.EmptyPresets, ", "))
+	}
+	if nd := res.MismatchNodes; nd > 0 {
 		what := "a node differs"
 		if nd > 1 {
 			what = fmt.Sprintf("%d nodes differ", nd)
 		}
 		detail := ""
-		if len(keys) > 0 {
-			detail = " (here: " + strings.Join(keys, ", ") + ")"
+		if len(res.MismatchKeys) > 0 {
+			detail = " (here: " + strings.Join(res.MismatchKeys, ", ") + ")"
 		}
 		l.warnf("%s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail)
 	}
@@ -286,19 +281,39 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, opts [
 		fmt.Fprintf(out, "%s\n", b)
 		return nil
 	case c.Bool("print-env"):
-		printExports(out, env)
+		printExports(out, res.Env)
 		return nil
 	}
 	fmt.Fprintln(out, s.Dest)
-	printExports(out, env)
+	printExports(out, res.Env)
 	nodes := "1 node"
 	if s.Nodes != 1 {
 		nodes = fmt.Sprintf("%d nodes", s.Nodes)
 	}
-	fmt.Fprintf(os.Stderr, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s: read %s, broadcast %s, extract %s\n",
-		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes,
-		round(res.Stats.Read), round(res.Stats.Bcast), round(res.ExtractTime))
+	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
+		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
+		round(res.Read), round(res.Bcast), round(res.Extract))
 	return nil
+}
+
+// loadMessage is the agreed failure as printed: one line a failing node
+// (host, ranks, reason), then what it means, then a hint.
+func loadMessage(err error) string {
+	var e *broadcast.Error
+	lines := []string{err.Error()}
+	if errors.As(err, &e) && len(e.Reasons) > 0 {
+		lines = e.Reasons
+		if more := e.Ranks - len(e.Reasons); more > 0 && len(e.Reasons) >= load.MaxNamed {
+			lines = append(lines, fmt.Sprintf("... and %d more failing ranks", more))
+		}
+	}
+	if !errors.Is(err, broadcast.ErrNoBundle) {
+		lines = append(lines, "nothing was installed on any node")
+	}
+	if h := hint(err); h != "" {
+		lines = append(lines, h)
+	}
+	return strings.Join(lines, "\nkbundle: ")
 }
 
 func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
@@ -349,13 +364,9 @@ func defaultDest(to, job string) (string, error) {
 	if job == "" {
 		job = "pid" + strconv.Itoa(os.Getpid())
 	}
-	name := "kbundle-" + safeName(userName()) + "-" + safeName(job)
 	// Not $PALS_SPOOL_DIR or $FLUX_JOB_TMPDIR: the launcher removes them
 	// when the load's own launch ends, before the application starts.
-	if d := os.Getenv("TMPDIR"); d != "" {
-		return filepath.Join(d, name), nil
-	}
-	return filepath.Join("/tmp", name), nil
+	return load.Dest(os.Getenv("TMPDIR"), userName(), job), nil
 }
 
 func userName() string {
@@ -363,20 +374,6 @@ func userName() string {
 		return u.Username
 	}
 	return strconv.Itoa(os.Getuid())
-}
-
-// safeName keeps a path component to letters, digits and ._-.
-func safeName(s string) string {
-	b := []byte(s)
-	for i, ch := range b {
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-') {
-			b[i] = '_'
-		}
-	}
-	if len(b) == 0 || b[0] == '.' {
-		return "_" + string(b)
-	}
-	return string(b)
 }
 
 // ranksPerNode reads the testing knob KBUNDLE_TEST_RANKS_PER_NODE: when

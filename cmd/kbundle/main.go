@@ -3,14 +3,24 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"sort"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/bundle"
 )
+
+// signalGrace is how long a command has to stop by itself after a signal.
+const signalGrace = 3 * time.Second
 
 // Exit codes, documented in docs/usage.md and in --help.
 const (
@@ -66,8 +76,38 @@ func main() {
 
 // run executes the CLI and maps errors to exit codes; every message is
 // printed once to stderr as "kbundle: ...".
+//
+// SIGTERM, SIGINT and SIGHUP (scancel, a time limit, Ctrl-C) cancel the
+// command's context: it stops, removes what it wrote and run returns
+// 128+N. A command that cannot stop at once (one blocked in an MPI call)
+// is given signalGrace; then its temporary files and trees are removed
+// and the process exits 128+N.
 func run(args []string) int {
-	err := newApp().Run(args)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	var got atomic.Int32
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		n := int(sig.(syscall.Signal))
+		got.Store(int32(n))
+		stop()
+		time.Sleep(signalGrace)
+		bundle.RemoveTemps()
+		fmt.Fprintf(os.Stderr, "kbundle: %s: stopped\n", sig)
+		os.Exit(128 + n)
+	}()
+	err := newApp().RunContext(ctx, args)
+	if n := got.Load(); n != 0 {
+		bundle.RemoveTemps()
+		fmt.Fprintf(os.Stderr, "kbundle: %s: stopped\n", syscall.Signal(n))
+		return 128 + int(n)
+	}
 	if err == nil {
 		return exitOK
 	}

@@ -1,19 +1,21 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/bundle"
 )
 
 func init() {
 	register(&cli.Command{
 		Name:      "verify",
-		Usage:     "check a bundle's whole-file digest and every entry's content digest",
-		UsageText: "kbundle verify FILE [--jobs N]",
-		Flags:     []cli.Flag{jobsFlag},
+		Usage:     "check a bundle's whole-file digest (with --deep, every entry's content digest too)",
+		UsageText: "kbundle verify FILE [--deep] [--jobs N]",
+		Flags: []cli.Flag{jobsFlag,
+			&cli.BoolFlag{Name: "deep", Usage: "also decompress every segment and check every entry's content digest"}},
 		Action: func(c *cli.Context) error {
 			rc, err := openArg(c, "kbundle verify FILE")
 			if err != nil {
@@ -21,9 +23,7 @@ func init() {
 			}
 			defer rc.Close()
 			bar := newProgress("verifying")
-			err = rc.VerifyProgress(context.Background(), c.Int("jobs"), func(n int64) {
-				bar.update(n, rc.DataSize())
-			})
+			err = rc.Verify(c.Context, &bundle.VerifyOptions{Deep: c.Bool("deep"), Jobs: c.Int("jobs"), Progress: bar.update})
 			bar.done()
 			if err != nil {
 				return bundleExit(err)

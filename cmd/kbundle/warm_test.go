@@ -88,7 +88,7 @@ func TestWarmCommand(t *testing.T) {
 				t.Fatalf("bundle exists: %v, want %v", err == nil, tc.wantBundle)
 			}
 			if tc.wantBundle {
-				r, err := bundle.Open(out)
+				r, err := bundle.Open(out, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

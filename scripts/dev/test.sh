@@ -8,7 +8,8 @@
 # Slurm daemons are stopped on exit, also when a test fails.
 #
 # Environment: KBUNDLE_FUZZTIME (default 10s a target), KBUNDLE_SKIP_SLURM=1
-# to run without Slurm (its tests then skip).
+# to run without Slurm (its tests then skip), KBUNDLE_SKIP_BIGFRAMEWORKS=1
+# to run without JAX and PyTorch (no .venv; their tests then skip).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -34,6 +35,16 @@ fi
 echo "== unit tests (-race)"
 mapfile -t unit < <(go list ./... | grep -v '/test/')
 go test -race -timeout 15m "${unit[@]}"
+
+# --- JAX and PyTorch Inductor (test/jit), from PyPI into .venv, pinned ----
+# scripts/dev/venv.sh: 3.1 GB download, 5.9 GB on disk, about 70 s (PyPI's
+# torch is the CUDA build); the tests take about 4 min on 2 cores.
+# KBUNDLE_SKIP_BIGFRAMEWORKS=1 skips both.
+if [ "${KBUNDLE_SKIP_BIGFRAMEWORKS:-}" != 1 ]; then
+	scripts/dev/venv.sh >/dev/null
+	export KBUNDLE_TEST_BIGFRAMEWORKS=1
+fi
+# --- end JAX and PyTorch ---------------------------------------------------
 
 echo "== system tests: real MPI, Slurm, JIT caches"
 if [ "${KBUNDLE_SKIP_SLURM:-}" != 1 ]; then

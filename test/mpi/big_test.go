@@ -1,6 +1,7 @@
 package mpitest
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestLoadBig(t *testing.T) {
 	store := filepath.Join(t.TempDir(), "store")
 	os.Mkdir(store, 0o700)
 	file := filepath.Join(store, "cache.kbundle")
-	res, err := bundle.Pack(tree, file, &bundle.PackOptions{Level: bundle.LevelFastest})
+	res, err := bundle.Pack(context.Background(), tree, file, &bundle.PackOptions{Level: bundle.LevelFastest})
 	if err != nil {
 		t.Fatal(err)
 	}

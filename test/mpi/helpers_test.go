@@ -1,6 +1,7 @@
 package mpitest
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -86,7 +87,7 @@ func packTree(t *testing.T, tree string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(store, "cache.kbundle")
-	if _, err := bundle.Pack(tree, out, nil); err != nil {
+	if _, err := bundle.Pack(context.Background(), tree, out, nil); err != nil {
 		t.Fatal(err)
 	}
 	return out

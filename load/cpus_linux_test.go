@@ -1,6 +1,6 @@
 //go:build linux
 
-package broadcast
+package load
 
 import (
 	"runtime"

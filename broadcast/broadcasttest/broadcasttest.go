@@ -1,16 +1,21 @@
-package broadcast
+// Package broadcasttest provides an in-process communicator for tests of
+// code that loads bundles collectively (broadcast.LoadBundle, load.Run):
+// one goroutine per rank, no MPI. Each collective waits for every member
+// of its communicator, as MPI's do.
+package broadcasttest
 
 import (
 	"fmt"
 	"sync"
 
+	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/mpi"
 )
 
-// fakeGroup is an in-process communicator shared by goroutines, one per
+// group is an in-process communicator shared by goroutines, one per
 // rank: each collective waits for every member, then the last to arrive
 // computes every member's result.
-type fakeGroup struct {
+type group struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	n       int
@@ -21,14 +26,14 @@ type fakeGroup struct {
 	nodes   []int // node of each member
 }
 
-func newFakeGroup(nodes []int) *fakeGroup {
-	g := &fakeGroup{n: len(nodes), in: make([]any, len(nodes)), nodes: nodes}
+func newGroup(nodes []int) *group {
+	g := &group{n: len(nodes), in: make([]any, len(nodes)), nodes: nodes}
 	g.cond = sync.NewCond(&g.mu)
 	return g
 }
 
 // collective contributes v for rank and returns rank's result of f.
-func (g *fakeGroup) collective(rank int, v any, f func(in []any) []any) any {
+func (g *group) collective(rank int, v any, f func(in []any) []any) any {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gen := g.gen
@@ -48,34 +53,41 @@ func (g *fakeGroup) collective(rank int, v any, f func(in []any) []any) any {
 	return g.out[rank]
 }
 
-// fakeComm is one rank's view of a fakeGroup.
-type fakeComm struct {
-	g    *fakeGroup
+// Comm is one rank's view of an in-process communicator; it implements
+// broadcast.NodeComm.
+type Comm struct {
+	g    *group
 	rank int
-	// corrupt, when set, is applied to every buffer this rank receives
-	// from a broadcast (to simulate a damaged transfer).
-	corrupt func([]byte)
+	// Corrupt, when set, is applied to every buffer this rank receives
+	// from a broadcast (to simulate a damaged transfer); communicators
+	// split from this one inherit it.
+	Corrupt func([]byte)
 }
 
-// fakeWorld returns one communicator per rank; nodes[i] is rank i's node.
-func fakeWorld(nodes ...int) []*fakeComm {
-	g := newFakeGroup(nodes)
-	cs := make([]*fakeComm, len(nodes))
+// World returns one communicator per rank; nodes[i] is rank i's node
+// (SplitShared splits by it).
+func World(nodes ...int) []*Comm {
+	g := newGroup(nodes)
+	cs := make([]*Comm, len(nodes))
 	for i := range cs {
-		cs[i] = &fakeComm{g: g, rank: i}
+		cs[i] = &Comm{g: g, rank: i}
 	}
 	return cs
 }
 
-func (c *fakeComm) Rank() int { return c.rank }
-func (c *fakeComm) Size() int { return c.g.n }
+// Rank is this rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.g.n }
 
 type bcastIn struct {
 	buf  []byte
 	root int
 }
 
-func (c *fakeComm) Bcast(buf []byte, root int) error {
+// Bcast is MPI_Bcast.
+func (c *Comm) Bcast(buf []byte, root int) error {
 	out := c.g.collective(c.rank, bcastIn{buf, root}, func(in []any) []any {
 		res := make([]any, len(in))
 		r := in[0].(bcastIn).root
@@ -101,8 +113,8 @@ func (c *fakeComm) Bcast(buf []byte, root int) error {
 		}
 		return res
 	})
-	if c.corrupt != nil && c.rank != root {
-		c.corrupt(buf)
+	if c.Corrupt != nil && c.rank != root {
+		c.Corrupt(buf)
 	}
 	if out != nil {
 		return out.(error)
@@ -110,7 +122,8 @@ func (c *fakeComm) Bcast(buf []byte, root int) error {
 	return nil
 }
 
-func (c *fakeComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
+// AllreduceInt64 is MPI_Allreduce of one int64.
+func (c *Comm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 	out := c.g.collective(c.rank, v, func(in []any) []any {
 		acc := in[0].(int64)
 		for _, x := range in[1:] {
@@ -135,14 +148,15 @@ func (c *fakeComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 	return out.(int64), nil
 }
 
-func (c *fakeComm) Barrier() error {
+// Barrier is MPI_Barrier.
+func (c *Comm) Barrier() error {
 	c.g.collective(c.rank, nil, func(in []any) []any { return make([]any, len(in)) })
 	return nil
 }
 
 type splitIn struct{ color, key int }
 
-func (c *fakeComm) split(color, key int) (NodeComm, error) {
+func (c *Comm) split(color, key int) (broadcast.NodeComm, error) {
 	out := c.g.collective(c.rank, splitIn{color, key}, func(in []any) []any {
 		res := make([]any, len(in))
 		groups := map[int][]int{} // color -> members in (key, rank) order
@@ -161,26 +175,29 @@ func (c *fakeComm) split(color, key int) (NodeComm, error) {
 			for i, m := range members {
 				nodes[i] = c.g.nodes[m]
 			}
-			g := newFakeGroup(nodes)
+			g := newGroup(nodes)
 			for i, m := range members {
-				res[m] = &fakeComm{g: g, rank: i}
+				res[m] = &Comm{g: g, rank: i}
 			}
 		}
 		return res
 	})
-	n := out.(*fakeComm)
-	n.corrupt = c.corrupt
+	n := out.(*Comm)
+	n.Corrupt = c.Corrupt
 	return n, nil
 }
 
-func (c *fakeComm) Split(color, key int) (NodeComm, error) { return c.split(color, key) }
+// Split is MPI_Comm_split.
+func (c *Comm) Split(color, key int) (broadcast.NodeComm, error) { return c.split(color, key) }
 
-func (c *fakeComm) SplitShared() (NodeComm, error) { return c.split(c.g.nodes[c.rank], c.rank) }
+// SplitShared splits by the nodes given to World.
+func (c *Comm) SplitShared() (broadcast.NodeComm, error) { return c.split(c.g.nodes[c.rank], c.rank) }
 
-func (c *fakeComm) Free() error { return nil }
+// Free does nothing.
+func (c *Comm) Free() error { return nil }
 
-// onEveryRank runs f once per rank, concurrently, and returns results.
-func onEveryRank[T any](cs []*fakeComm, f func(c *fakeComm) T) []T {
+// OnEveryRank runs f once per rank, concurrently, and returns the results.
+func OnEveryRank[T any](cs []*Comm, f func(c *Comm) T) []T {
 	out := make([]T, len(cs))
 	var wg sync.WaitGroup
 	for i, c := range cs {

@@ -1,19 +1,20 @@
 //go:build linux
 
-package broadcast
+package load
 
 import (
 	"os"
 	"runtime"
 	"strconv"
 
+	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/mpi"
 	"golang.org/x/sys/unix"
 )
 
 // nodeCPUs returns the union of the CPU affinity masks of node's ranks;
 // it is collective over node. A rank whose mask cannot be read adds none.
-func nodeCPUs(node NodeComm) (unix.CPUSet, error) {
+func nodeCPUs(node broadcast.NodeComm) (unix.CPUSet, error) {
 	var mine, all unix.CPUSet
 	_ = unix.SchedGetaffinity(0, &mine)
 	const bits = 64 // unix.CPUSet's words

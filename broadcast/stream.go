@@ -1,0 +1,222 @@
+package broadcast
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/kbundle/kbundle/bundle"
+)
+
+// A Sink receives a streamed bundle on one rank: Begin gets the prelude
+// (header, index and trailer: what a reader needs before the content),
+// then Write gets the body in file order. A Sink that fails keeps
+// accepting (and discarding) writes, since the broadcast goes on; its
+// failure is reported by Begin's or Write's error, and the ranks then agree
+// on it.
+type Sink interface {
+	Begin(prelude []byte, size int64, digest bundle.Digest) error
+	Write(p []byte) (int, error)
+}
+
+// Stream broadcasts a bundle from rank 0 of comm to every rank, in the
+// streaming wire format of docs/WIRE.md; it is collective. Rank 0 passes
+// the opened bundle src, or the error that kept it from opening one (then
+// every rank returns the same *Error matching ErrNoBundle, and no byte
+// follows). Rank 0 reads the body in chunks, reading the next while the
+// previous is broadcast, and passes every chunk to its own sink too; every
+// rank hands what it receives to its sink (nil: receive and discard).
+//
+// It returns the local error of this rank (its sink's, or rank 0's read
+// error; the caller agrees on it) and the error of the collective itself:
+// the *Error of a failure rank 0 announced, or one matching ErrComm.
+func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink, st *Stats) (local, err error) {
+	if comm == nil {
+		return nil, errors.New("broadcast: nil communicator")
+	}
+	if st == nil {
+		st = new(Stats)
+	}
+	rank, size := comm.Rank(), comm.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("broadcast: rank %d of %d: not a valid communicator", rank, size)
+	}
+	if chunk <= 0 {
+		chunk = DefaultChunkSize
+	}
+	if chunk > MaxChunkSize {
+		chunk = MaxChunkSize
+	}
+	t := time.Now()
+	var head *status
+	var prelude []byte
+	if rank == 0 {
+		if srcErr == nil && src == nil {
+			srcErr = errors.New("broadcast: no bundle given to rank 0")
+		}
+		if srcErr == nil {
+			prelude, srcErr = src.Prelude()
+		}
+		if srcErr != nil {
+			head = failure(fmt.Errorf("%w: %w", ErrNoBundle, srcErr), 0, 1)
+		} else {
+			head = &status{chunk: chunk, size: src.Size(), prelude: int64(len(prelude)), digest: src.FileDigest()}
+		}
+		st.Read += time.Since(t)
+	}
+	msg := make([]byte, statusLen)
+	if rank == 0 {
+		msg = head.encode()
+	}
+	if err := comm.Bcast(msg, 0); err != nil {
+		return nil, commErr("status broadcast", err)
+	}
+	head, err = decodeStatus(msg)
+	if err != nil {
+		return nil, err
+	}
+	if head.failed {
+		st.Bcast += time.Since(t)
+		return nil, head.err()
+	}
+	st.Size = head.size
+	if rank != 0 {
+		if head.prelude > head.size || head.prelude > bundle.MaxIndexLen+64 {
+			return nil, fmt.Errorf("%w: prelude of %d bytes", ErrStatus, head.prelude)
+		}
+		prelude = make([]byte, head.prelude)
+	}
+	for off := int64(0); off < head.prelude; off += head.chunk {
+		if err := comm.Bcast(prelude[off:min(off+head.chunk, head.prelude)], 0); err != nil {
+			return nil, commErr("prelude broadcast", err)
+		}
+	}
+	if sink != nil {
+		local = sink.Begin(prelude, head.size, head.digest)
+	}
+	body := head.size - head.prelude
+	if rank == 0 {
+		err = sendBody(comm, src, body, head.chunk, sink, st, &local)
+	} else {
+		err = receiveBody(comm, body, head.chunk, sink, st, &local)
+	}
+	st.Bcast += time.Since(t)
+	return local, err
+}
+
+// write hands p to sink, remembering its first error in local.
+func write(sink Sink, p []byte, local *error) {
+	if sink == nil {
+		return
+	}
+	if _, err := sink.Write(p); err != nil && *local == nil {
+		*local = err
+	}
+}
+
+// sendBody is rank 0's part: one goroutine reads chunk k+1 while chunk k
+// is broadcast. A read error is remembered in local and the rest is sent
+// as zeros: the broadcast must complete on every rank, and the receivers'
+// digest checks fail.
+func sendBody(comm Comm, src *bundle.Reader, n, chunk int64, sink Sink, st *Stats, local *error) error {
+	type piece struct {
+		b   []byte
+		err error
+		d   time.Duration
+	}
+	full := make(chan piece, 1)
+	free := make(chan []byte, 2)
+	free <- make([]byte, min(chunk, n))
+	free <- make([]byte, min(chunk, n))
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(full)
+		rd := io.NewSectionReader(src.ReaderAt(), src.BodyStart(), n)
+		failed := false
+		for off := int64(0); off < n; {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			b = b[:min(chunk, n-off)]
+			t := time.Now()
+			var err error
+			if !failed {
+				_, err = io.ReadFull(rd, b)
+			}
+			if failed || err != nil {
+				clear(b)
+				failed = true
+			}
+			select {
+			case full <- piece{b, err, time.Since(t)}:
+			case <-stop:
+				return
+			}
+			off += int64(len(b))
+		}
+	}()
+	var off int64
+	for p := range full {
+		st.Read += p.d
+		if p.err != nil && *local == nil {
+			*local = fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, src.BodyStart()+off, p.err)
+		}
+		if err := comm.Bcast(p.b, 0); err != nil {
+			return commErr(fmt.Sprintf("bundle broadcast at byte %d", off), err)
+		}
+		st.Chunks++
+		write(sink, p.b, local)
+		off += int64(len(p.b))
+		free <- p.b[:cap(p.b)]
+	}
+	return nil
+}
+
+// receiveBody is every other rank's part.
+func receiveBody(comm Comm, n, chunk int64, sink Sink, st *Stats, local *error) error {
+	buf := make([]byte, min(chunk, n))
+	for off := int64(0); off < n; off += chunk {
+		b := buf[:min(chunk, n-off)]
+		if err := comm.Bcast(b, 0); err != nil {
+			return commErr(fmt.Sprintf("bundle broadcast at byte %d", off), err)
+		}
+		st.Chunks++
+		write(sink, b, local)
+	}
+	return nil
+}
+
+// memorySink keeps the whole bundle in memory (LoadBundle).
+type memorySink struct {
+	b    []byte
+	n    int64 // bytes of the body so far
+	pre  int   // header length
+	tail []byte
+}
+
+func (m *memorySink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
+	if size > int64(int(^uint(0)>>1)) {
+		return fmt.Errorf("%w: bundle of %d bytes does not fit in memory", ErrNoBundle, size)
+	}
+	const header = 16
+	m.b = make([]byte, size)
+	copy(m.b, prelude[:header])
+	m.tail = prelude[header:]
+	copy(m.b[size-int64(len(m.tail)):], m.tail)
+	m.n = header
+	return nil
+}
+
+func (m *memorySink) Write(p []byte) (int, error) {
+	if m.b == nil || m.n+int64(len(p)) > int64(len(m.b)-len(m.tail)) {
+		return len(p), nil
+	}
+	copy(m.b[m.n:], p)
+	m.n += int64(len(p))
+	return len(p), nil
+}

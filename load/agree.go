@@ -1,0 +1,90 @@
+package load
+
+import (
+	"strings"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// MaxNamed is how many failing nodes an error names; the count says how
+// many failed in all.
+const MaxNamed = 8
+
+// agree makes every rank return the same outcome of a step: nil, or the
+// same *broadcast.Error naming up to MaxNamed failing nodes.
+func (l *leader) agree(local error) error {
+	fail, err := broadcast.Agree(l.world, local, MaxNamed)
+	if err != nil {
+		return err
+	}
+	if fail != nil {
+		return fail
+	}
+	return nil
+}
+
+// maxPresetList bounds the preset list rank 0 shares.
+const maxPresetList = 1024
+
+// share gives every rank what the leaders know: sizes, timings, the
+// presets in use and how many nodes differ from the warm-up machine.
+func (l *leader) share() error {
+	s := l.sum
+	vals := []*int64{new(int64), new(int64), new(int64), new(int64), new(int64), new(int64)}
+	if s.Leader {
+		*vals[0], *vals[1], *vals[2] = int64(s.Entries), s.Bytes, s.RawBytes
+		*vals[3] = int64(l.extract)
+		*vals[4] = int64(l.stats.Bcast)
+		if len(s.MismatchKeys) > 0 {
+			*vals[5] = 1
+		}
+	}
+	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum}
+	for i, v := range vals {
+		r, err := l.world.AllreduceInt64(*v, ops[i])
+		if err != nil {
+			return commErr("summary", err)
+		}
+		*v = r
+	}
+	s.Entries, s.Bytes, s.RawBytes = int(*vals[0]), *vals[1], *vals[2]
+	s.Extract, s.Bcast = time.Duration(*vals[3]), time.Duration(*vals[4])
+	s.MismatchNodes = int(*vals[5])
+	read, err := l.world.AllreduceInt64(int64(l.stats.Read), mpi.Max) // rank 0's
+	if err != nil {
+		return commErr("summary", err)
+	}
+	s.Read = time.Duration(read)
+
+	// The presets: rank 0's choice (it may come from the bundle).
+	buf := make([]byte, maxPresetList)
+	if l.world.Rank() == 0 {
+		copy(buf, presetNames(l.presets))
+	}
+	if err := l.world.Bcast(buf, 0); err != nil {
+		return commErr("presets", err)
+	}
+	names := strings.TrimRight(string(buf), "\x00")
+	if names != "" {
+		s.Presets = strings.Split(names, ",")
+	}
+	if l.presets == nil && len(s.Presets) > 0 {
+		ps, err := warmup.ParseList(names)
+		if err != nil {
+			return err
+		}
+		l.presets = ps
+	}
+	return nil
+}
+
+func presetNames(ps []*warmup.Preset) string {
+	var names []string
+	for _, p := range ps {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ",")
+}

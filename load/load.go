@@ -1,0 +1,432 @@
+// Package load is a collective load of a kbundle bundle into node-local
+// storage: what `kbundle load` does, as a library for Go programs and for
+// the Python binding. Rank 0 opens the bundle once (trust checked on the
+// descriptor) and streams it to one leader rank per node; each leader
+// decodes and writes every segment as it arrives into a private temporary
+// sibling of the destination, applies the presets' relocation there, and
+// then every rank agrees: the trees are installed on every node, or on
+// none (a node whose install fails makes the others roll back). Every rank
+// returns the same outcome; a failure names the hosts and ranks where it
+// happened.
+//
+// The package reads no environment variable and probes no host: the
+// caller passes the host name, the host description and the presets in a
+// Plan.
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// A Plan says what Run loads and where.
+type Plan struct {
+	// Bundle is the bundle file; only rank 0's value is used.
+	Bundle string
+	// Dest is the node-local destination directory (required). It need
+	// not be the same path on every node.
+	Dest string
+	// Force replaces a non-empty Dest.
+	Force bool
+	// Jobs is the number of extraction workers per leader; 0: all cores.
+	Jobs int
+	// ChunkSize is the size of each broadcast; 0: broadcast.DefaultChunkSize.
+	ChunkSize int64
+	// Window bounds the bundle bytes a leader holds while extracting; 0:
+	// bundle.DefaultWindow.
+	Window int64
+	// Presets are applied to every node's copy before it is installed
+	// (path relocation) and give Summary.Env. When nil and UseRecorded is
+	// set, the presets recorded in the bundle at warm-up are used.
+	Presets     []*warmup.Preset
+	UseRecorded bool
+	// Host names this node in messages (os.Hostname, given by the caller).
+	Host string
+	// HostInfo describes this node (hostinfo.Collect, given by the caller):
+	// leaders compare it with the warm-up machine's. nil: no comparison.
+	HostInfo map[string]string
+	// BorrowNodeCPUs lets each leader extract on the CPUs of all its
+	// node's ranks (the union of their affinity masks), which wait idle
+	// meanwhile. It changes the process's thread affinity and GOMAXPROCS
+	// during the extraction and restores them.
+	BorrowNodeCPUs bool
+	// Timeout, when above 0, bounds the whole call: when it runs out (a
+	// network link down, a rank gone), the temporary trees are removed and
+	// OnTimeout is called, which must end the process (MPI_Abort): no
+	// collective can be abandoned half-way.
+	Timeout   time.Duration
+	OnTimeout func(msg string)
+	// RanksPerNode, when above 0, makes every RanksPerNode consecutive
+	// ranks one "node" instead of splitting by shared memory, with Dest
+	// suffixed ".node<k>": the multi-node path on one machine, for tests.
+	RanksPerNode int
+}
+
+// Summary says what Run did. Fields marked "leaders" are set on node
+// leaders only; Env is set on every rank; the rest is the same everywhere.
+type Summary struct {
+	Dest     string // this rank's node's destination
+	Bundle   string // rank 0: the bundle file
+	Entries  int
+	Bytes    int64 // bundle size
+	RawBytes int64 // size of the files, unpacked
+	Nodes    int
+	Ranks    int
+	Leader   bool     // this rank extracted for its node
+	Presets  []string // presets applied
+	// EmptyPresets (leaders) are the presets asked for by name whose
+	// directories the bundle has nothing in: their variables point at
+	// nothing.
+	EmptyPresets []string
+	Env      []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
+	// Read is rank 0's time reading the bundle; Bcast the whole stream;
+	// Extract the longest leader's staging (decode and write), all three
+	// overlapping; Total the whole call.
+	Read, Bcast, Extract, Total time.Duration
+	// MismatchNodes is how many nodes differ from the warm-up machine in a
+	// way that may make compiled kernels miss; MismatchKeys (leaders) says
+	// how this one differs.
+	MismatchNodes int
+	MismatchKeys  []string
+	// Held is the most bundle bytes this leader held in memory at once.
+	Held int64
+}
+
+// Run loads plan.Bundle on every rank of world; it is collective. On
+// success every rank gets a Summary; on failure every rank gets an equal
+// *broadcast.Error, naming the failing nodes (host and ranks) and their
+// reasons, and no node keeps a new Dest. A bundle that cannot be used
+// matches broadcast.ErrNoBundle; a node-local failure (destination
+// unwritable, disk full) does not. An error matching broadcast.ErrComm is
+// local (the communicator failed).
+func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, error) {
+	start := time.Now()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if world == nil {
+		return nil, errors.New("load: nil communicator")
+	}
+	if plan.Dest == "" {
+		return nil, errors.New("load: no destination directory")
+	}
+	if plan.Timeout > 0 && plan.OnTimeout != nil {
+		t := time.AfterFunc(plan.Timeout, func() {
+			bundle.RemoveTemps()
+			plan.OnTimeout(fmt.Sprintf("rank %d (%s): load did not finish within %s (a node or link may be down); aborting the job",
+				world.Rank(), plan.Host, plan.Timeout))
+		})
+		defer t.Stop()
+	}
+	var node broadcast.NodeComm
+	var err error
+	if plan.RanksPerNode > 0 {
+		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
+		plan.Dest += ".node" + strconv.Itoa(world.Rank()/plan.RanksPerNode)
+	} else {
+		node, err = world.SplitShared()
+	}
+	if err != nil {
+		return nil, commErr("split by node", err)
+	}
+	defer node.Free()
+	l := &leader{plan: plan, world: world, sum: &Summary{Dest: plan.Dest, Ranks: world.Size(), Leader: node.Rank() == 0}}
+	if l.first, err = node.AllreduceInt64(int64(world.Rank()), mpi.Min); err != nil {
+		return nil, commErr("node ranks", err)
+	}
+	if l.last, err = node.AllreduceInt64(int64(world.Rank()), mpi.Max); err != nil {
+		return nil, commErr("node ranks", err)
+	}
+	color := 1
+	if l.sum.Leader {
+		color = 0
+	}
+	group, err := world.Split(color, world.Rank())
+	if err != nil {
+		return nil, commErr("split leaders", err)
+	}
+	defer group.Free()
+	nodes, err := world.AllreduceInt64(int64(1-color), mpi.Sum)
+	if err != nil {
+		return nil, commErr("count nodes", err)
+	}
+	l.sum.Nodes = int(nodes)
+	restore := func() {}
+	if plan.BorrowNodeCPUs {
+		set, err := nodeCPUs(node)
+		if err != nil {
+			return nil, commErr("node CPUs", err)
+		}
+		if l.sum.Leader {
+			restore = borrowCPUs(set)
+		}
+	}
+
+	// Leaders stream and stage; the other ranks of each node wait without
+	// spinning.
+	var local error
+	if l.sum.Leader {
+		local = l.stage(ctx, group)
+		if local != nil && errors.Is(local, broadcast.ErrComm) {
+			restore()
+			l.abort()
+			return nil, local
+		}
+	}
+	restore()
+	if err := world.Barrier(); err != nil {
+		l.abort()
+		return nil, commErr("barrier", err)
+	}
+	if err := l.agree(local); err != nil {
+		l.abort()
+		return nil, err
+	}
+	// Every node staged: install everywhere, or roll back everywhere.
+	if l.staged != nil {
+		local = l.staged.Install()
+		if local != nil {
+			local = l.describe(local)
+		}
+	}
+	if err := l.agree(local); err != nil {
+		l.abort()
+		return nil, err
+	}
+	if l.staged != nil {
+		l.staged.Commit() // the old tree, if any, is gone or will be removed as stale
+	}
+	if err := l.share(); err != nil {
+		return nil, err
+	}
+	env, err := warmup.EnvFor(l.sum.Dest, l.presets...)
+	if err != nil {
+		return nil, err
+	}
+	l.sum.Env = env
+	l.sum.Total = time.Since(start)
+	return l.sum, nil
+}
+
+// leader carries one rank's part of a Run.
+type leader struct {
+	plan        Plan
+	world       broadcast.NodeComm
+	first, last int64 // world ranks of this node
+	sum         *Summary
+	staged      *bundle.Staged
+	presets     []*warmup.Preset
+	stats       broadcast.Stats
+	extract     time.Duration
+}
+
+// abort rolls this node's copy back, if any.
+func (l *leader) abort() {
+	if l.staged != nil {
+		l.staged.Abort()
+	}
+}
+
+// describe names this node and its ranks in err.
+func (l *leader) describe(err error) error {
+	ranks := "rank " + strconv.FormatInt(l.first, 10)
+	if l.last > l.first {
+		ranks = fmt.Sprintf("ranks %d-%d", l.first, l.last)
+	}
+	host := l.plan.Host
+	if host == "" {
+		host = "node"
+	}
+	return &nodeError{where: host + " (" + ranks + ")", err: err}
+}
+
+type nodeError struct {
+	where string
+	err   error
+}
+
+func (e *nodeError) Error() string { return e.where + ": " + e.err.Error() }
+func (e *nodeError) Unwrap() error { return e.err }
+
+// sink is a leader's broadcast.Sink: a bundle.Stream whose staging runs
+// in a goroutine as the body arrives.
+type sink struct {
+	l      *leader
+	ctx    context.Context
+	s      *bundle.Stream
+	staged chan error
+}
+
+func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
+	s, err := bundle.NewStream(k.l.plan.Bundle, prelude, size, &bundle.StreamOptions{Window: k.l.plan.Window})
+	if err != nil {
+		return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err)
+	}
+	k.s = s
+	l := k.l
+	l.sum.Entries = len(s.Entries())
+	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
+	presets, err := l.choosePresets(s.Meta())
+	if err != nil {
+		return err
+	}
+	l.presets = presets
+	if l.plan.Presets != nil {
+		// Asked for by name: say which have nothing in this bundle.
+		missing, _ := warmup.MissingContent(s, presets)
+		l.sum.EmptyPresets = strings.Split(presetNames(missing), ",")
+		if len(missing) == 0 {
+			l.sum.EmptyPresets = nil
+		}
+	}
+	k.staged = make(chan error, 1)
+	go func() {
+		t := time.Now()
+		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs})
+		if err == nil {
+			origin := s.Meta()[bundle.MetaOrigin]
+			for _, p := range presets {
+				if err = p.RelocateStaged(st.Dir(), st.Dest(), origin); err != nil {
+					err = fmt.Errorf("preset %s: %w", p.Name, err)
+					break
+				}
+			}
+			if err != nil {
+				st.Abort()
+				st = nil
+			}
+		}
+		l.staged = st
+		l.extract = time.Since(t)
+		if err != nil {
+			s.CloseWithError(err) // later writes are discarded
+		}
+		k.staged <- err
+	}()
+	return nil
+}
+
+func (k *sink) Write(p []byte) (int, error) { return k.s.Write(p) }
+
+// choosePresets returns the plan's presets, or the bundle's recorded ones.
+func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
+	if l.plan.Presets != nil || !l.plan.UseRecorded {
+		return l.plan.Presets, nil
+	}
+	return warmup.PresetsFromMeta(meta)
+}
+
+// stage runs the stream on a leader and stages its node's copy. The error
+// is this node's, described; one matching broadcast.ErrComm is local.
+func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
+	var src *bundle.Reader
+	var srcErr error
+	if group.Rank() == 0 {
+		t := time.Now()
+		l.sum.Bundle = l.plan.Bundle
+		var rc *bundle.ReadCloser
+		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true})
+		if srcErr == nil {
+			defer rc.Close()
+			src = rc.Reader
+		}
+		l.stats.Read = time.Since(t)
+	}
+	k := &sink{l: l, ctx: ctx}
+	local, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
+	if err != nil {
+		if k.s != nil {
+			k.s.CloseWithError(err)
+			<-k.staged
+			l.abort()
+		}
+		return err // rank 0's announced failure, the same on every leader, or ErrComm
+	}
+	if k.s != nil {
+		cerr := k.s.Close()
+		serr := <-k.staged
+		switch {
+		case local != nil:
+		case serr != nil:
+			local = serr
+		case cerr != nil && group.Rank() == 0: // what rank 0 read from the file itself
+			local = fmt.Errorf("%w: %s: %w", broadcast.ErrNoBundle, l.plan.Bundle, cerr)
+		case cerr != nil:
+			local = fmt.Errorf("%w: %w: %w", broadcast.ErrNoBundle, broadcast.ErrTransfer, cerr)
+		}
+		l.sum.Held = k.s.Held()
+	}
+	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
+		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
+	}
+	// What rank 0 read and decoded itself failing means the file is bad:
+	// that is one failure, said once for the file, not once per node.
+	var fileBad int64
+	if group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle) {
+		fileBad = 1
+	}
+	bad, err := group.AllreduceInt64(fileBad, mpi.Max)
+	if err != nil {
+		l.abort()
+		return commErr("agreement on the file", err)
+	}
+	if local == nil {
+		return l.checkHost(k)
+	}
+	l.abort()
+	l.staged = nil
+	switch {
+	case bad == 1 && group.Rank() == 0:
+		return local
+	case bad == 1 && errors.Is(local, broadcast.ErrNoBundle):
+		return nil // rank 0's failure fails the load everywhere
+	}
+	return l.describe(local)
+}
+
+// checkHost compares this node with the warm-up machine.
+func (l *leader) checkHost(k *sink) error {
+	if l.plan.HostInfo != nil {
+		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo)
+	}
+	return nil
+}
+
+func commErr(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", broadcast.ErrComm, what, err)
+}
+
+// Dest returns the default node-local destination for a job: under tmp
+// (the caller's $TMPDIR, else /tmp), named for the user and the job, so
+// that the application's later launch in the same job finds it.
+func Dest(tmp, user, job string) string {
+	if tmp == "" {
+		tmp = "/tmp"
+	}
+	return filepath.Join(tmp, "kbundle-"+safeName(user)+"-"+safeName(job))
+}
+
+// safeName keeps a path component to letters, digits and ._-.
+func safeName(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '_' || ch == '-') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || b[0] == '.' {
+		return "_" + string(b)
+	}
+	return string(b)
+}

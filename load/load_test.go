@@ -1,0 +1,201 @@
+package load_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/broadcast/broadcasttest"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/synth"
+	"github.com/kbundle/kbundle/load"
+)
+
+// testBundle packs a generated cache (many segments) into a private
+// directory.
+func testBundle(t *testing.T) (src, file string) {
+	t.Helper()
+	src = filepath.Join(t.TempDir(), "cache")
+	if _, err := synth.Generate(src, synth.Options{Kernels: 40, Scale: 0.5, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	os.Mkdir(dir, 0o700)
+	file = filepath.Join(dir, "cache.kbundle")
+	if _, err := bundle.Pack(context.Background(), src, file, &bundle.PackOptions{SegmentSize: bundle.MinSegmentSize}); err != nil {
+		t.Fatal(err)
+	}
+	return src, file
+}
+
+// run loads file on a fake world of the given nodes, each node with its
+// own Dest under base (dest(k) for node k), and returns each rank's result.
+func run(t *testing.T, nodes []int, plan func(rank int) load.Plan, corrupt map[int]func([]byte)) ([]*load.Summary, []error) {
+	world := broadcasttest.World(nodes...)
+	for r, f := range corrupt {
+		world[r].Corrupt = f
+	}
+	sums := make([]*load.Summary, len(nodes))
+	errs := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) error {
+		s, err := load.Run(context.Background(), c, plan(c.Rank()))
+		sums[c.Rank()] = s
+		return err
+	})
+	return sums, errs
+}
+
+func sameFiles(t *testing.T, a, b string) {
+	t.Helper()
+	err := filepath.WalkDir(a, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(a, p)
+		q := filepath.Join(b, rel)
+		fi, err := os.Stat(q)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() != fi.IsDir() {
+			return fmt.Errorf("%s: kind differs", rel)
+		}
+		if !d.IsDir() {
+			x, _ := os.ReadFile(p)
+			y, _ := os.ReadFile(q)
+			if string(x) != string(y) {
+				return fmt.Errorf("%s: content differs", rel)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nothingUnder fails if dir holds anything but keep.
+func nothingUnder(t *testing.T, dir string, keep ...string) {
+	t.Helper()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		ok := false
+		for _, k := range keep {
+			ok = ok || e.Name() == k
+		}
+		if !ok {
+			t.Errorf("left in %s: %s", dir, e.Name())
+		}
+	}
+}
+
+func TestRunNodes(t *testing.T) {
+	src, file := testBundle(t)
+	for _, c := range []struct {
+		name  string
+		nodes []int
+		chunk int64
+	}{
+		{"one rank", []int{0}, 0},
+		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, 0},
+		{"uneven nodes, chunk not dividing", []int{0, 1, 1, 1}, 100003},
+		{"tiny chunks", []int{0, 0, 1}, 4093},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			sums, errs := run(t, c.nodes, func(rank int) load.Plan {
+				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[rank]), "dest"),
+					ChunkSize: c.chunk, Window: 1, Host: fmt.Sprintf("kbn%d", c.nodes[rank])}
+			}, nil)
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			for n := range c.nodes[len(c.nodes)-1] + 1 {
+				sameFiles(t, src, filepath.Join(base, fmt.Sprintf("n%d", n), "dest"))
+				nothingUnder(t, filepath.Join(base, fmt.Sprintf("n%d", n)), "dest")
+			}
+			if s := sums[0]; s.Nodes != c.nodes[len(c.nodes)-1]+1 || s.Entries == 0 || s.Held == 0 {
+				t.Errorf("summary %+v", s)
+			}
+		})
+	}
+}
+
+// TestRunAllOrNothing: a failure on one node leaves no DEST anywhere, and
+// every rank gets the same error naming the host and its ranks.
+func TestRunAllOrNothing(t *testing.T) {
+	_, file := testBundle(t)
+	nodes := []int{0, 0, 1, 1, 2, 2}
+	for _, c := range []struct {
+		name     string
+		setup    func(t *testing.T, nodeDir string) // node 1's parent of DEST
+		corrupt  map[int]func([]byte)
+		want     string
+		unusable bool
+	}{
+		{"dest exists on one node", func(t *testing.T, d string) {
+			os.MkdirAll(filepath.Join(d, "dest"), 0o700)
+			os.WriteFile(filepath.Join(d, "dest", "mine"), []byte("x"), 0o600)
+		}, nil, "kbn1 (ranks 2-3): ", false},
+		{"a file at dest on one node", func(t *testing.T, d string) {
+			os.MkdirAll(d, 0o700)
+			os.WriteFile(filepath.Join(d, "dest"), []byte("x"), 0o600)
+		}, nil, "kbn1 (ranks 2-3): ", false},
+		{"damaged in transfer to one node", nil, map[int]func([]byte){2: flipLast()}, "kbn1 (ranks 2-3): ", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			if c.setup != nil {
+				c.setup(t, filepath.Join(base, "n1"))
+			}
+			_, errs := run(t, nodes, func(rank int) load.Plan {
+				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),
+					Host: fmt.Sprintf("kbn%d", nodes[rank]), Window: 1}
+			}, c.corrupt)
+			for r, err := range errs {
+				if err == nil || err.Error() != errs[0].Error() {
+					t.Fatalf("rank %d: %v (rank 0: %v)", r, err, errs[0])
+				}
+				if !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("rank %d: %q does not name %q", r, err, c.want)
+				}
+				if errors.Is(err, broadcast.ErrNoBundle) != c.unusable {
+					t.Fatalf("rank %d: %v: ErrNoBundle=%v", r, err, !c.unusable)
+				}
+			}
+			nothingUnder(t, filepath.Join(base, "n0"))
+			nothingUnder(t, filepath.Join(base, "n2"))
+			nothingUnder(t, filepath.Join(base, "n1"), "dest")
+		})
+	}
+}
+
+// flipLast flips a byte of the last buffer received of the body (the
+// fourth broadcast: status, prelude, body; chunks are 8 MiB).
+func flipLast() func([]byte) {
+	n := 0
+	return func(b []byte) {
+		if n++; n == 3 {
+			b[len(b)/2] ^= 0x40
+		}
+	}
+}
+
+func TestRunNoBundle(t *testing.T) {
+	base := t.TempDir()
+	_, errs := run(t, []int{0, 1}, func(rank int) load.Plan {
+		return load.Plan{Bundle: filepath.Join(base, "missing.kbundle"), Dest: filepath.Join(base, fmt.Sprint(rank), "d")}
+	}, nil)
+	for r, err := range errs {
+		if !errors.Is(err, broadcast.ErrNoBundle) || !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	nothingUnder(t, base)
+}
