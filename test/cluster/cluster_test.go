@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -352,7 +353,8 @@ func newWrapper(t *testing.T, traced bool) *wrapper {
 	os.Chmod(dir, 0o777)
 	run := `"$@"`
 	if traced {
-		run = `strace -f -qq -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
+		// -y: each returned fd with its path, however the path was walked
+		run = `strace -f -qq -y -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
 	}
 	body := `#!/bin/sh
 d=` + dir + `
@@ -412,9 +414,12 @@ func (w *wrapper) wantExits(t *testing.T, c *cluster, r *result, want int) {
 	}
 }
 
-// opens counts, over every rank's trace, the successful opens of path.
+// opens counts, over every rank's trace, the successful opens of path
+// (for reading or writing: O_PATH handles are not opens of the content),
+// whether by its full name or relative to a directory descriptor.
 func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 	t.Helper()
+	ret := regexp.MustCompile(`\) = \d+<[^>]*>$`)
 	traces, _ := filepath.Glob(filepath.Join(w.dir, "strace.*"))
 	if len(traces) == 0 {
 		t.Fatalf("no strace output in %s", w.dir)
@@ -425,7 +430,7 @@ func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 			t.Fatal(err)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, `"`+path+`"`) && !strings.Contains(line, "= -1 ") {
+			if ret.MatchString(line) && strings.HasSuffix(line, "<"+path+">") && !strings.Contains(line, "O_PATH") {
 				n++
 				where = append(where, filepath.Base(tr)+": "+line)
 			}
