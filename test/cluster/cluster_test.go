@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -291,8 +292,18 @@ var (
 	srunLaunches = []launch{{"srun-pmix", testutil.OpenMPI, true}, {"srun-pmi2", testutil.MPICH, true}}
 )
 
-// argv returns the command line that runs argv as np ranks on 3 nodes.
+// argv returns the command line that runs argv as np ranks on 3 nodes,
+// as a user would (mpirun kills the job when a rank fails or dies).
 func (c *cluster) argv(l launch, argv ...string) []string {
+	return c.argvKeep(l, false, argv...)
+}
+
+// argvKeep is argv; with keep, Open MPI's mpirun lets every rank end on
+// its own after one exits non-zero (to check every rank's exit status).
+func (c *cluster) argvKeep(l launch, keep bool, argv ...string) []string {
+	if keep && !l.srun && l.v == testutil.OpenMPI {
+		argv = append([]string{"--mca", "orte_abort_on_non_zero_status", "0"}, argv...)
+	}
 	agent := filepath.Join(c.state, "rsh")
 	switch {
 	case l.srun:
@@ -308,8 +319,6 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 			"--mca", "plm_rsh_agent", agent,
 			"--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
 			"--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none",
-			// every rank's own exit status, not mpirun's kill of the others
-			"--mca", "orte_abort_on_non_zero_status", "0",
 			"--host", c.hostList(), "-np", strconv.Itoa(np)}
 		return append(a, argv...)
 	default:
@@ -319,13 +328,13 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 	}
 }
 
-// job runs argv as np ranks with launch l.
+// job runs argv as np ranks with launch l, each rank ending on its own.
 func (c *cluster) job(t *testing.T, l launch, env []string, argv ...string) *result {
 	t.Helper()
 	if l.srun {
 		c.needSlurm(t)
 	}
-	return run(t, env, c.argv(l, argv...)...)
+	return run(t, env, c.argvKeep(l, true, argv...)...)
 }
 
 // wrapper is a script on the shared file system that runs its arguments on
@@ -344,7 +353,8 @@ func newWrapper(t *testing.T, traced bool) *wrapper {
 	os.Chmod(dir, 0o777)
 	run := `"$@"`
 	if traced {
-		run = `strace -f -qq -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
+		// -y: each returned fd with its path, however the path was walked
+		run = `strace -f -qq -y -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
 	}
 	body := `#!/bin/sh
 d=` + dir + `
@@ -404,9 +414,12 @@ func (w *wrapper) wantExits(t *testing.T, c *cluster, r *result, want int) {
 	}
 }
 
-// opens counts, over every rank's trace, the successful opens of path.
+// opens counts, over every rank's trace, the successful opens of path
+// (for reading or writing: O_PATH handles are not opens of the content),
+// whether by its full name or relative to a directory descriptor.
 func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 	t.Helper()
+	ret := regexp.MustCompile(`\) = \d+<[^>]*>$`)
 	traces, _ := filepath.Glob(filepath.Join(w.dir, "strace.*"))
 	if len(traces) == 0 {
 		t.Fatalf("no strace output in %s", w.dir)
@@ -417,7 +430,7 @@ func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 			t.Fatal(err)
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if strings.Contains(line, `"`+path+`"`) && !strings.Contains(line, "= -1 ") {
+			if ret.MatchString(line) && strings.HasSuffix(line, "<"+path+">") && !strings.Contains(line, "O_PATH") {
 				n++
 				where = append(where, filepath.Base(tr)+": "+line)
 			}

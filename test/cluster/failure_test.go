@@ -35,12 +35,11 @@ func TestAllOrNothing(t *testing.T) {
 			reason: regexp.MustCompile(`(?i)no space left on device`),
 		},
 		{
-			// Room for the bundle (the spool of today's code) but not for
-			// the extracted tree as well: fails late, after other nodes
-			// may have extracted theirs.
+			// Room for most of the extracted tree (2.2 MiB): fails late,
+			// when the other nodes may have extracted theirs.
 			name: "storage-full-late",
 			setup: func(t *testing.T, node, parent, _ string) {
-				c.mustOn(t, node, "mount", "-t", "tmpfs", "-o", "size=3m,mode=0755", "tmpfs", parent)
+				c.mustOn(t, node, "mount", "-t", "tmpfs", "-o", "size=1800k,mode=0755", "tmpfs", parent)
 			},
 			reason: regexp.MustCompile(`(?i)no space left on device`),
 		},

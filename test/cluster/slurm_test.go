@@ -72,7 +72,9 @@ func (c *cluster) sbatch(t *testing.T, env []string, script string, args ...stri
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(out)
-			t.Fatalf("job %s did not end within %v (a hang is a failure)\n%s\n%s", id, jobTimeout, rec, b)
+			nodes := c.slurm(t, nil, "sinfo", "-N", "-o", "%N %t %E").stdout
+			queue := c.slurm(t, nil, "squeue", "-o", "%i %T %R %S").stdout
+			t.Fatalf("job %s did not end within %v (a hang is a failure)\n%s\n--- output:\n%s--- sinfo:\n%s--- squeue:\n%s", id, jobTimeout, rec, b, nodes, queue)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
