@@ -264,21 +264,6 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 	return true, nil
 }
 
-// removeTree removes a tree extracted earlier, whose directories may be
-// read-only (restored modes): it makes each writable before emptying it.
-func removeTree(dir string) error {
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("cannot remove the old tree %s: %w", dir, err)
-	}
-	return nil
-}
-
 // missingAncestor returns the topmost of dir and its ancestors that does
 // not exist, or "" when dir exists.
 func missingAncestor(dir string) string {

@@ -2,20 +2,19 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"golang.org/x/sys/unix"
 )
 
 // PackOptions tune Pack. The zero value is valid.
@@ -26,9 +25,13 @@ type PackOptions struct {
 	Exclude     []string // path.Match globs, matched against the relative path and the base name
 	Preset      string   // recorded as metadata "preset" when set
 	Meta        map[string]string
-	// Host describes the warm-up machine; nil means this machine
-	// (internal/hostinfo).
+	// Host describes the warm-up machine (host.* and gpu.* metadata, see
+	// docs/FORMAT.md); the caller collects it, nil records none.
 	Host map[string]string
+	// ContentTime is recorded as metadata "content_time"; zero means the
+	// newest mtime in the tree (never the wall clock: packing is
+	// reproducible). The CLI sets it from SOURCE_DATE_EPOCH.
+	ContentTime time.Time
 	// Progress, when set, is called with bytes of content read so far.
 	Progress func(done, total int64)
 }
@@ -42,9 +45,24 @@ type PackResult struct {
 	DataBytes   int64 // distinct content, uncompressed
 	PackedBytes int64 // the bundle's size
 	Segments    int
-	// Skipped lists what was not stored, as "symlink a/b", "socket s", ...
+	// Skipped lists what was not stored, as "symlink a/b (points outside
+	// the directory)", "socket s", ...
 	Skipped []string
-	Digest  Digest
+	// Copied lists the symlinks stored as copies of the regular file they
+	// point to inside the directory ("a/libz.so -> libz.so.1"); identical
+	// contents are stored once, so a copy costs one index entry.
+	Copied []string
+	// Writable lists the packed directory and entries that someone other
+	// than you (or root) could have written, with why ("a/b: mode 0664
+	// lets others write it; ..."): whoever could write them chose part of
+	// what the bundle holds, and the bundle, being yours, will be trusted
+	// by load. Empty when the tree is private.
+	Writable []string
+	// Untrusted, when not nil, is why load would refuse the bundle as
+	// written (its owner or mode, or a directory on the way to it):
+	// the error CheckTrust returns.
+	Untrusted error
+	Digest    Digest
 }
 
 // Entries is the number of entries stored.
@@ -54,20 +72,31 @@ func (p *PackResult) Entries() int { return p.Files + p.Dirs }
 const bigFile = 4 << 20
 
 type packFile struct {
-	rel   string
-	abs   string
-	mode  fs.FileMode
-	mtime time.Time
-	size  int64
+	rel      string
+	src      string // the file whose content this entry holds: rel, or a symlink's target
+	mode     fs.FileMode
+	mtime    time.Time
+	size     int64
+	dev, ino uint64
 }
+
+// errChanged: a file was replaced, grew or shrank while it was packed.
+var errChanged = errors.New("changed while being packed")
 
 // Pack writes the tree under dir to the bundle out, atomically: a
 // temporary file beside out, fsynced and renamed, the directory fsynced; no
 // partial file is ever visible and the temporary file is removed on any
 // failure. Output is deterministic: the same tree with the same options
 // gives the same bytes whatever the number of jobs. out and its temporary
-// files are never packed when out lies inside dir. Symlinks, devices,
-// sockets and FIFOs are not stored: each is listed in PackResult.Skipped.
+// files are never packed when out lies inside dir.
+//
+// The tree is read through directory descriptors (openat with O_NOFOLLOW,
+// every file checked against what the walk saw), never by path: a file or
+// directory replaced by a symlink while Pack runs is an error, never
+// followed. A symlink whose target is a regular file inside dir (as Julia
+// artifacts have: libz.so -> libz.so.1) is stored as a copy of that file
+// (PackResult.Copied); other symlinks, devices, sockets and FIFOs are not
+// stored and are listed in PackResult.Skipped.
 func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResult, err error) {
 	if opt == nil {
 		opt = &PackOptions{}
@@ -88,16 +117,21 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 			return nil, fmt.Errorf("bad exclude pattern %q: %w", g, err)
 		}
 	}
-	fi, err := os.Stat(dir)
+	pol, err := policy()
 	if err != nil {
 		return nil, err
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory", dir)
+	// Open the directory once; everything below is read relative to it.
+	rootFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOTDIR) {
+			return nil, fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
+	defer unix.Close(rootFD)
 	res = &PackResult{Path: out}
-	// Walk the real directory: WalkDir does not descend into a symlinked
-	// root (it would pack nothing), and out must be compared in its terms.
+	// out must be compared in the terms of the real directory.
 	realDir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
@@ -106,11 +140,23 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if d, err := filepath.EvalSymlinks(filepath.Dir(out)); err == nil {
 		realOut = filepath.Join(d, filepath.Base(out))
 	}
-	dirs, files, newest, err := walk(realDir, realOut, opt.Exclude, res)
-	if err != nil {
+	t := &treeWalk{root: realDir, out: realOut, exclude: opt.Exclude, pol: pol, res: res,
+		kinds: map[string]byte{}, links: map[string]string{}, byRel: map[string]int{}}
+	var st unix.Stat_t
+	if err := unix.Fstat(rootFD, &st); err != nil {
 		return nil, err
 	}
-	meta, err := packMeta(dir, newest, opt)
+	if msg := pol.statProblem("directory", dir, &st); msg != "" {
+		res.Writable = append(res.Writable, dir+": "+msg)
+	} else if err := checkTrustDir(dir); err != nil {
+		res.Writable = append(res.Writable, err.Error())
+	}
+	if err := t.walkDir(rootFD, ""); err != nil {
+		return nil, inFile(err, dir)
+	}
+	t.resolveLinks()
+	dirs, files := t.dirs, t.files
+	meta, err := packMeta(dir, t.newest, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +190,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 			return nil, inFile(err, dir)
 		}
 	}
-	if err := writeFiles(ctx, w, files, opt, res); err != nil {
+	if err := writeFiles(ctx, w, rootFD, files, opt, res); err != nil {
 		return nil, inFile(err, dir)
 	}
 	if err := w.Close(); err != nil {
@@ -156,7 +202,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := tmp.Sync(); err != nil {
 		return nil, err
 	}
-	st, err := tmp.Stat()
+	fi, err := tmp.Stat()
 	if err != nil {
 		return nil, err
 	}
@@ -169,68 +215,217 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := syncDir(outDir); err != nil {
 		return nil, err
 	}
+	res.Untrusted = CheckTrust(out)
 	res.Dirs = len(dirs)
 	res.Files = len(files)
 	res.DataBytes = w.dataLen
 	res.Unique = len(w.blobs)
 	res.Segments = len(w.packed)
-	res.PackedBytes = st.Size()
+	res.PackedBytes = fi.Size()
 	res.Digest = w.Digest()
 	return res, nil
 }
 
 func tempPrefix(out string) string { return "." + filepath.Base(out) + tempTag }
 
-// walk lists the directories and regular files under dir, in lexical
-// order, skipping out, its temporary files and excluded paths.
-func walk(dir, out string, exclude []string, res *PackResult) (dirs, files []packFile, newest time.Time, err error) {
-	outDir, tmpPre := filepath.Dir(out), tempPrefix(out)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+// treeWalk lists a tree through directory descriptors.
+type treeWalk struct {
+	root, out string
+	exclude   []string
+	pol       *trustPolicy
+	res       *PackResult
+
+	dirs, files []packFile
+	newest      time.Time
+	kinds       map[string]byte   // rel → 'd', 'f' or 'l', for resolving symlinks
+	links       map[string]string // rel → target
+	byRel       map[string]int    // regular file rel → index in files
+	linkOrder   []string
+}
+
+func statTime(ts unix.Timespec) time.Time { return time.Unix(ts.Sec, ts.Nsec) }
+
+func sameFile(a *unix.Stat_t, f *packFile) bool {
+	return uint64(a.Dev) == f.dev && a.Ino == f.ino
+}
+
+// walkDir lists the directory open as fd, whose path relative to the root
+// is rel ("" for the root), in lexical order, depth first.
+func (t *treeWalk) walkDir(fd int, rel string) error {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return err
+	}
+	df := os.NewFile(uintptr(dup), filepath.Join(t.root, rel))
+	names, err := df.Readdirnames(-1)
+	df.Close()
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	outDir, tmpPre := filepath.Dir(t.out), tempPrefix(t.out)
+	for _, name := range names {
+		r := name
+		if rel != "" {
+			r = rel + "/" + name
 		}
-		if p == dir {
-			return nil
+		abs := filepath.Join(t.root, filepath.FromSlash(r))
+		if abs == t.out || (filepath.Dir(abs) == outDir && strings.HasPrefix(name, tmpPre)) {
+			continue
 		}
-		if p == out || (filepath.Dir(p) == outDir && strings.HasPrefix(d.Name(), tmpPre)) {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
-		if excluded(rel, exclude) {
-			if d.IsDir() {
-				return filepath.SkipDir
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed since it was listed
 			}
-			return nil
+			return &os.PathError{Op: "lstat", Path: abs, Err: err}
 		}
-		if err := checkName(rel); err != nil {
-			return inFile(err, p)
+		kind := st.Mode & unix.S_IFMT
+		if excluded(r, t.exclude) {
+			continue
 		}
-		t := d.Type()
-		if !t.IsDir() && !t.IsRegular() {
-			res.Skipped = append(res.Skipped, kindName(t)+" "+rel)
-			return nil
+		if err := checkName(r); err != nil {
+			return inFile(err, abs)
 		}
-		info, err := d.Info()
-		if err != nil {
-			return err
+		pf := packFile{rel: r, src: r, mode: fs.FileMode(st.Mode & 0o777), mtime: statTime(st.Mtim),
+			size: st.Size, dev: uint64(st.Dev), ino: st.Ino}
+		switch kind {
+		case unix.S_IFDIR:
+			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return &os.PathError{Op: "open", Path: abs, Err: err}
+			}
+			var sst unix.Stat_t
+			if err := unix.Fstat(sub, &sst); err != nil || !sameFile(&sst, &pf) {
+				unix.Close(sub)
+				return &Error{Entry: r, Err: errChanged, Msg: "the directory was replaced"}
+			}
+			pf.mode, pf.mtime = fs.FileMode(sst.Mode&0o777), statTime(sst.Mtim)
+			t.note(&pf, &sst, "directory", abs)
+			t.dirs = append(t.dirs, pf)
+			t.kinds[r] = 'd'
+			err = t.walkDir(sub, r)
+			unix.Close(sub)
+			if err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			t.note(&pf, &st, "file", abs)
+			t.byRel[r] = len(t.files)
+			t.files = append(t.files, pf)
+			t.kinds[r] = 'f'
+			t.res.RawBytes += pf.size
+		case unix.S_IFLNK:
+			target, err := readlinkat(fd, name)
+			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+				return &Error{Entry: r, Err: errChanged, Msg: "the symlink was replaced or removed"}
+			}
+			if err != nil {
+				return &os.PathError{Op: "readlink", Path: abs, Err: err}
+			}
+			t.kinds[r] = 'l'
+			t.links[r] = target
+			t.linkOrder = append(t.linkOrder, r)
+		default:
+			t.res.Skipped = append(t.res.Skipped, kindName(fs.FileMode(0).Type()|modeType(kind))+" "+r)
 		}
-		pf := packFile{rel: rel, abs: p, mode: info.Mode().Perm(), mtime: info.ModTime(), size: info.Size()}
-		if pf.mtime.After(newest) {
-			newest = pf.mtime
+	}
+	return nil
+}
+
+// note records the newest mtime and whether someone else could have
+// written the entry.
+func (t *treeWalk) note(pf *packFile, st *unix.Stat_t, what, abs string) {
+	if pf.mtime.After(t.newest) {
+		t.newest = pf.mtime
+	}
+	if msg := t.pol.statProblem(what, abs, st); msg != "" {
+		t.res.Writable = append(t.res.Writable, pf.rel+": "+msg)
+	}
+}
+
+func modeType(kind uint32) fs.FileMode {
+	switch kind {
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	}
+	return fs.ModeIrregular
+}
+
+// resolveLinks stores each symlink that leads, inside the tree, to a
+// regular file as a copy of it, and lists the others as skipped. The
+// target is resolved by name within the walked tree, never through the
+// file system, so it can neither leave the tree nor change meanwhile.
+func (t *treeWalk) resolveLinks() {
+	for _, l := range t.linkOrder {
+		target, why := t.resolve(l)
+		if why != "" {
+			t.res.Skipped = append(t.res.Skipped, "symlink "+l+" ("+why+")")
+			continue
 		}
-		if t.IsDir() {
-			dirs = append(dirs, pf)
-		} else {
-			files = append(files, pf)
-			res.RawBytes += pf.size
+		f := t.files[t.byRel[target]]
+		f.rel = l
+		t.files = append(t.files, f)
+		t.res.RawBytes += f.size
+		t.res.Copied = append(t.res.Copied, l+" -> "+t.links[l])
+	}
+}
+
+// resolve follows the symlink rel inside the tree and returns the regular
+// file it leads to, or why it does not lead to one.
+func (t *treeWalk) resolve(rel string) (string, string) {
+	cur := strings.Split(path.Dir(rel), "/")
+	if path.Dir(rel) == "." {
+		cur = nil
+	}
+	comps := strings.Split(t.links[rel], "/")
+	if strings.HasPrefix(t.links[rel], "/") {
+		return "", "absolute target " + t.links[rel]
+	}
+	for hops := 0; len(comps) > 0; {
+		c := comps[0]
+		comps = comps[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(cur) == 0 {
+				return "", "points outside the directory"
+			}
+			cur = cur[:len(cur)-1]
+			continue
 		}
-		return nil
-	})
-	return dirs, files, newest, err
+		p := strings.Join(append(slices.Clone(cur), c), "/")
+		switch t.kinds[p] {
+		case 'd':
+			cur = append(cur, c)
+		case 'f':
+			if len(comps) > 0 && strings.Trim(strings.Join(comps, ""), "./") != "" {
+				return "", "a file used as a directory"
+			}
+			return p, ""
+		case 'l':
+			if hops++; hops > maxLinks {
+				return "", "too many levels of symlinks"
+			}
+			next := t.links[p]
+			if strings.HasPrefix(next, "/") {
+				return "", "absolute target " + next
+			}
+			comps = append(strings.Split(next, "/"), comps...)
+		default:
+			return "", "target " + p + " is not packed (missing, excluded or special)"
+		}
+	}
+	return "", "points to a directory"
 }
 
 func kindName(t fs.FileMode) string {
@@ -270,23 +465,15 @@ func Creator() string {
 
 func packMeta(dir string, newest time.Time, opt *PackOptions) (map[string]string, error) {
 	meta := map[string]string{}
-	host := opt.Host
-	if host == nil {
-		host = hostinfo.Collect()
-	}
-	for k, v := range host {
+	for k, v := range opt.Host {
 		meta[k] = v
 	}
 	for k, v := range opt.Meta {
 		meta[k] = v
 	}
 	ct := newest
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
-		}
-		ct = time.Unix(n, 0)
+	if !opt.ContentTime.IsZero() {
+		ct = opt.ContentTime
 	}
 	if ct.IsZero() {
 		ct = time.Unix(0, 0)
@@ -309,7 +496,7 @@ type readResult struct {
 // writeFiles adds files in data order (extension, then name), read by a
 // pool of workers with a bounded window and consumed in order, so the
 // output does not depend on the number of workers.
-func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptions, res *PackResult) error {
+func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, opt *PackOptions, res *PackResult) error {
 	order := slices.Clone(files)
 	slices.SortStableFunc(order, func(a, b packFile) int {
 		if c := strings.Compare(path.Ext(a.rel), path.Ext(b.rel)); c != 0 {
@@ -317,10 +504,7 @@ func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptio
 		}
 		return strings.Compare(a.rel, b.rel)
 	})
-	jobs := opt.Jobs
-	if jobs <= 0 {
-		jobs = runtime.GOMAXPROCS(0)
-	}
+	jobs := Jobs(opt.Jobs)
 	// slots bounds the files read but not yet consumed (memory).
 	slots := make(chan struct{}, 16*jobs)
 	results := make([]chan readResult, len(order))
@@ -333,7 +517,7 @@ func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptio
 	for range jobs {
 		go func() {
 			for i := range todo {
-				results[i] <- readOne(order[i])
+				results[i] <- readOne(rootFD, order[i])
 			}
 		}()
 	}
@@ -366,7 +550,7 @@ func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptio
 		if r.data != nil || f.size == 0 {
 			err = w.writeFile(f.rel, f.mode, f.mtime, r.data, r.digest)
 		} else {
-			err = copyFile(w, f, r.digest)
+			err = copyFile(w, rootFD, f, r.digest)
 		}
 		if err != nil {
 			return err
@@ -379,34 +563,72 @@ func writeFiles(ctx context.Context, w *Writer, files []packFile, opt *PackOptio
 	return nil
 }
 
-func readOne(f packFile) readResult {
-	if f.size > bigFile {
-		fh, err := os.Open(f.abs)
-		if err != nil {
-			return readResult{err: err}
+// openAt opens the regular file rel (slash-separated, relative to the
+// directory rootFD) without following any symlink on the way, and checks
+// that it is the file the walk saw (device and inode, size).
+func openAt(rootFD int, f packFile) (*os.File, error) {
+	fd := rootFD
+	comps := strings.Split(f.src, "/")
+	for _, c := range comps[:len(comps)-1] {
+		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if fd != rootFD {
+			unix.Close(fd)
 		}
-		defer fh.Close()
+		if err != nil {
+			return nil, changed(f, err)
+		}
+		fd = next
+	}
+	// O_NONBLOCK: a FIFO swapped in must not hang us; O_NOFOLLOW: nor may a
+	// symlink be followed.
+	nfd, err := unix.Openat(fd, comps[len(comps)-1], unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if fd != rootFD {
+		unix.Close(fd)
+	}
+	if err != nil {
+		return nil, changed(f, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(nfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || !sameFile(&st, &f) || st.Size != f.size {
+		unix.Close(nfd)
+		return nil, &Error{Entry: f.rel, Err: errChanged, Msg: "replaced, grown or shrunk since the tree was listed; pack again when nothing writes the cache"}
+	}
+	return os.NewFile(uintptr(nfd), f.src), nil
+}
+
+func changed(f packFile, err error) error {
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT) {
+		return &Error{Entry: f.rel, Err: errChanged, Msg: "replaced or removed since the tree was listed (" + err.Error() + ")"}
+	}
+	return &Error{Entry: f.rel, Err: err, Msg: "cannot open"}
+}
+
+func readOne(rootFD int, f packFile) readResult {
+	fh, err := openAt(rootFD, f)
+	if err != nil {
+		return readResult{err: err}
+	}
+	defer fh.Close()
+	if f.size > bigFile {
 		h := newHasher()
 		if _, err := io.Copy(h, fh); err != nil {
 			return readResult{err: err}
 		}
 		return readResult{digest: hasherDigest(h)}
 	}
-	data, err := os.ReadFile(f.abs)
-	if err != nil {
+	data := make([]byte, f.size, f.size+1)
+	n, err := io.ReadFull(fh, data[:f.size+1])
+	if err != io.ErrUnexpectedEOF && err != io.EOF && err != nil {
 		return readResult{err: err}
 	}
-	if int64(len(data)) != f.size {
-		return readResult{err: &Error{Entry: f.rel, Err: io.ErrUnexpectedEOF, Msg: "the file changed while being packed"}}
+	if int64(n) != f.size {
+		return readResult{err: &Error{Entry: f.rel, Err: errChanged, Msg: "the file changed size while being packed"}}
 	}
-	if data == nil {
-		data = []byte{}
-	}
-	return readResult{data: data, digest: sum(data)}
+	return readResult{data: data[:n], digest: sum(data[:n])}
 }
 
-func copyFile(w *Writer, f packFile, d Digest) error {
-	fh, err := os.Open(f.abs)
+func copyFile(w *Writer, rootFD int, f packFile, d Digest) error {
+	fh, err := openAt(rootFD, f)
 	if err != nil {
 		return err
 	}

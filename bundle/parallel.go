@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"io"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -107,9 +106,7 @@ func (r *Reader) forEachBlob(ctx context.Context, workers int,
 	small func(b *blob, data []byte) error,
 	large func(b *blob, rd io.Reader) error,
 	progress func(n int64)) error {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+	workers = Jobs(workers)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	jobs, bounds := r.plan()

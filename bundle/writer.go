@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ import (
 // WriterOptions tune a Writer. The zero value is valid.
 type WriterOptions struct {
 	Level       Level // compression level
-	Jobs        int   // compression workers; 0 means GOMAXPROCS
+	Jobs        int   // compression workers; 0 means all cores (bounded: see Jobs)
 	SegmentSize int64 // raw bytes per segment; 0 means DefaultSegmentSize
 }
 
@@ -80,9 +79,7 @@ func NewWriter(w io.Writer, opt *WriterOptions) *Writer {
 	if bw.segSize == 0 {
 		bw.segSize = DefaultSegmentSize
 	}
-	if bw.jobs <= 0 {
-		bw.jobs = runtime.GOMAXPROCS(0)
-	}
+	bw.jobs = Jobs(bw.jobs)
 	bw.sem = make(chan struct{}, bw.jobs)
 	if bw.segSize < MinSegmentSize || bw.segSize > MaxSegmentSize {
 		bw.err = fmt.Errorf("segment size %d outside %d..%d", bw.segSize, MinSegmentSize, MaxSegmentSize)
@@ -326,6 +323,13 @@ func (w *Writer) Close() error {
 		return w.fail(err)
 	}
 	ib := encodeIndex(ienc, raw)
+	if !indexRatioOK(len(raw), len(ib)) {
+		// Many long, repetitive names compress beyond the ratio a reader
+		// accepts (it bounds what a small file can make it allocate):
+		// store the index uncompressed instead, in a zstd frame of raw
+		// blocks, so that the bundle stays readable.
+		ib = storeIndex(raw)
+	}
 	w.write(ib)
 	var tr [trailerSize - 16]byte
 	binary.LittleEndian.PutUint64(tr[0:], uint64(indexOff))
@@ -352,3 +356,35 @@ func (w *Writer) Close() error {
 
 // Digest returns the whole-file digest; valid after a successful Close.
 func (w *Writer) Digest() Digest { return w.digest }
+
+// indexRatioOK is the reader's bound on a stored index (decodeIndex): its
+// raw length at most maxIndexRatio times the stored length, plus 1 MiB.
+func indexRatioOK(raw, stored int) bool {
+	return uint64(raw) <= maxIndexRatio*uint64(stored)+1<<20
+}
+
+// storeIndex encodes the index as its raw length followed by one zstd
+// frame made of raw (uncompressed) blocks (RFC 8878: a single-segment
+// frame with an 8-byte content size, no checksum; blocks of at most
+// 128 KiB), which any zstd decoder reads.
+func storeIndex(raw []byte) []byte {
+	const maxBlock = 128 << 10
+	out := make([]byte, 0, 8+4+1+8+len(raw)+3*(len(raw)/maxBlock+1))
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(raw)))
+	out = binary.LittleEndian.AppendUint32(out, 0xFD2FB528) // frame magic
+	out = append(out, 0xE0)                                 // 8-byte content size, single segment
+	out = binary.LittleEndian.AppendUint64(out, uint64(len(raw)))
+	for {
+		n := min(len(raw), maxBlock)
+		h := uint32(n) << 3 // block type 0: raw
+		if n == len(raw) {
+			h |= 1 // last block
+		}
+		out = append(out, byte(h), byte(h>>8), byte(h>>16))
+		out = append(out, raw[:n]...)
+		raw = raw[n:]
+		if len(raw) == 0 {
+			return out
+		}
+	}
+}

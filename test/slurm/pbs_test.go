@@ -1,4 +1,4 @@
-package slurmtest
+package slurm
 
 import (
 	"os"
@@ -126,5 +126,173 @@ func TestPBSScripts(t *testing.T) {
 			}
 			checkTack(t, so, 2, 0, 5)
 		})
+	}
+}
+
+// qsubLines returns the qsub command lines of a document: lines starting
+// with "qsub" (after "# " in a script's header comment), continued by a
+// trailing backslash.
+func qsubLines(text string, comment bool) []string {
+	var out []string
+	var cur strings.Builder
+	in := false
+	for _, l := range strings.Split(text, "\n") {
+		if comment {
+			if !strings.HasPrefix(l, "#") {
+				in = false
+				cur.Reset()
+				continue
+			}
+			l = strings.TrimLeft(strings.TrimPrefix(l, "#"), " ")
+		}
+		l = strings.TrimSpace(l)
+		if !in && !strings.HasPrefix(l, "qsub ") {
+			continue
+		}
+		in = true
+		if s, ok := strings.CutSuffix(l, "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(l)
+		out = append(out, cur.String())
+		cur.Reset()
+		in = false
+	}
+	return out
+}
+
+// shellWords splits a command line as the shell would for these simple
+// lines: whitespace separates words, single and double quotes group
+// (variables are left unexpanded).
+func shellWords(s string) []string {
+	var out []string
+	var w strings.Builder
+	have := false
+	var q rune
+	for _, c := range s {
+		switch {
+		case q != 0 && c == q:
+			q = 0
+		case q != 0:
+			w.WriteRune(c)
+		case c == '\'' || c == '"':
+			q, have = c, true
+		case c == ' ' || c == '\t':
+			if have {
+				out = append(out, w.String())
+				w.Reset()
+				have = false
+			}
+		default:
+			w.WriteRune(c)
+			have = true
+		}
+	}
+	if have {
+		out = append(out, w.String())
+	}
+	return out
+}
+
+// qsubVars returns the variables a qsub command line passes to the job, as
+// OpenPBS/PBS Pro qsub does: the LAST -v replaces earlier ones (qsub.c,
+// process_opts: "the last occurrence of an option takes precedence"), its
+// list is split on commas outside quotes; -V passes everything. It also
+// returns the script and the number of -v options.
+func qsubVars(line string) (vars map[string]bool, all bool, script string, nv int) {
+	args := shellWords(line)[1:]
+	withArg := map[string]bool{"-v": true, "-l": true, "-A": true, "-q": true, "-N": true,
+		"-o": true, "-e": true, "-W": true, "-j": true, "-J": true, "-P": true}
+	var list string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-V":
+			all = true
+		case withArg[a] && i+1 < len(args):
+			if a == "-v" {
+				list = args[i+1]
+				nv++
+			}
+			i++
+		case !strings.HasPrefix(a, "-"):
+			script = a
+		}
+	}
+	vars = map[string]bool{}
+	var item strings.Builder
+	var q rune
+	flush := func() {
+		name, _, _ := strings.Cut(item.String(), "=")
+		if name != "" {
+			vars[name] = true
+		}
+		item.Reset()
+	}
+	for _, c := range list {
+		switch {
+		case q != 0 && c == q:
+			q = 0
+		case q == 0 && (c == '\'' || c == '"'):
+			q = c
+		case q == 0 && c == ',':
+			flush()
+			continue
+		}
+		item.WriteRune(c)
+	}
+	flush()
+	return vars, all, script, nv
+}
+
+// TestPBSSubmitLines parses every documented qsub command line (docs/pbs.md
+// and the scripts' headers) as qsub does and checks that each passes the
+// variables its script needs: with two -v options qsub keeps only the
+// last, and the job would run without KBUNDLE_CACHE_DIR (ux review H1).
+func TestPBSSubmitLines(t *testing.T) {
+	// The parser itself: the line the docs used to show loses its first -v.
+	old := `qsub -v KBUNDLE=$HOME/bin/kbundle,KBUNDLE_CACHE_DIR=/x,KBUNDLE_PRESET=numba -v "KBUNDLE_APP=python3 solve.py --steps 1" s.pbs`
+	if v, _, s, nv := qsubVars(old); v["KBUNDLE_CACHE_DIR"] || !v["KBUNDLE_APP"] || nv != 2 || s != "s.pbs" {
+		t.Fatalf("qsubVars(%q) = %v, %d -v, script %q: the parser does not model qsub", old, v, nv, s)
+	}
+	if v, _, _, _ := qsubVars(`qsub -v "A=1,B='x,y',C" s.pbs`); len(v) != 3 || !v["A"] || !v["B"] || !v["C"] {
+		t.Fatalf("quoted comma: got %v", v)
+	}
+
+	docs := map[string]bool{"docs/pbs.md": false}
+	files, _ := filepath.Glob(repoPath("scripts/pbs/*.pbs"))
+	for _, f := range files {
+		rel, _ := filepath.Rel(repoPath("."), f)
+		docs[rel] = true
+	}
+	n := 0
+	for doc, comment := range docs {
+		b, err := os.ReadFile(repoPath(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range qsubLines(string(b), comment) {
+			vars, all, script, nv := qsubVars(l)
+			if script == "" || !strings.HasSuffix(script, ".pbs") {
+				continue // a line that names no script (e.g. qsub -v NAME,... in prose)
+			}
+			n++
+			if nv > 1 {
+				t.Errorf("%s: %q has %d -v options: qsub keeps only the last", doc, l, nv)
+			}
+			if all {
+				continue
+			}
+			if !vars["KBUNDLE_CACHE_DIR"] && !vars["KBUNDLE_BUNDLE"] {
+				t.Errorf("%s: %q does not pass KBUNDLE_CACHE_DIR or KBUNDLE_BUNDLE (got %v)", doc, l, vars)
+			}
+			if !vars["KBUNDLE_APP"] {
+				t.Errorf("%s: %q does not pass KBUNDLE_APP (got %v)", doc, l, vars)
+			}
+		}
+	}
+	if n < 5 {
+		t.Errorf("found only %d qsub lines naming a script", n)
 	}
 }
