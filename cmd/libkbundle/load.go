@@ -163,12 +163,6 @@ func encode(r result) []byte {
 	return b
 }
 
-// plan is a request resolved on one rank: what load.Run needs.
-type plan struct {
-	load.Plan
-	explicitPresets bool
-}
-
 // run loads over world as `kbundle load` does; collective. Every rank
 // returns the same result, except the local failures of kind kindMPI.
 // onTimeout is load.Plan.OnTimeout; nil: no timeout here (the caller
@@ -206,7 +200,7 @@ func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout fun
 		p.Timeout = 0 // the caller bounds the call itself
 	}
 	p.OnTimeout = onTimeout
-	sum, err := load.Run(ctx, world, p.Plan)
+	sum, err := load.Run(ctx, world, p)
 	switch {
 	case err == nil:
 	case errors.Is(err, broadcast.ErrComm):
@@ -236,12 +230,12 @@ func orEmpty(s []string) []string {
 // resolve fills the plan from the request and the environment, as
 // `kbundle load` reads its flags and KBUNDLE_ variables. The error is
 // this rank's; one about the bundle matches broadcast.ErrNoBundle.
-func resolve(r request, getenv func(string) string, job string, rank int) (plan, error) {
+func resolve(r request, getenv func(string) string, job string, rank int) (load.Plan, error) {
 	host, _ := os.Hostname()
-	p := plan{Plan: load.Plan{
+	p := load.Plan{
 		Bundle: r.Bundle, Force: r.Force,
 		Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true,
-	}}
+	}
 	switch v := getenv("KBUNDLE_JOBS"); {
 	case r.Jobs != nil:
 		if *r.Jobs < 0 {
