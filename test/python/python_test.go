@@ -356,3 +356,41 @@ func TestTimeoutAborts(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadLevel: mpi4py initialised with MPI_THREAD_SERIALIZED loads;
+// with MPI_THREAD_FUNNELED every rank raises KbundleMPIError naming the
+// level and the fix (kbundle calls MPI from a thread of its own), and
+// nothing hangs.
+func TestThreadLevel(t *testing.T) {
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "thread_prog.py")
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			py := python(t, v)
+			site := install(t, py)
+			var file, work string
+			for _, kv := range fixtures(t) {
+				if k, val, _ := strings.Cut(kv, "="); k == "KBUNDLE_PYTEST_BUNDLE" {
+					file = val
+				} else if k == "KBUNDLE_PYTEST_WORK" {
+					work = val
+				}
+			}
+			env := []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"}
+			for _, c := range []struct{ level, want string }{
+				{"serialized", "loaded"},
+				{"funneled", "mpi: kbundle: mpi: adopt: MPI was initialised with thread level MPI_THREAD_FUNNELED"},
+			} {
+				so, se, code := testutil.RunMPI(t, v, 2, env, py, prog, c.level, file, filepath.Join(work, c.level))
+				out := fmt.Sprintf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", c.level, code, so, se)
+				for r := range 2 {
+					if !strings.Contains(so, fmt.Sprintf("rank %d: %s", r, c.want)) {
+						t.Errorf("rank %d: want %q\n%s", r, c.want, out)
+					}
+				}
+				if c.level == "funneled" && !strings.Contains(so, `mpi4py.rc.thread_level`) {
+					t.Errorf("no hint naming mpi4py.rc.thread_level\n%s", out)
+				}
+			}
+		})
+	}
+}
