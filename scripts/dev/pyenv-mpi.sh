@@ -7,12 +7,12 @@
 # Makes .venv-mpi/VARIANT with Debian's /usr/bin/python3 and installs the
 # pinned packages of python/requirements-test.txt from PyPI: mpi4py built
 # from source (never a prebuilt wheel, never pip's cache) with
-# MPICC=mpicc.openmpi or mpicc.mpich, and pytest. Does nothing when the
+# MPICC=mpicc.openmpi or mpicc.mpich, pytest and mypy. Does nothing when the
 # environment already holds exactly that list for that MPI (a stamp file
 # records it). Prints the environment's python on stdout.
 #
 # Separate from scripts/dev/venv.sh (JAX, PyTorch): these environments are
-# small (51 MB) and need one mpi4py build per MPI library: about 6.5 min
+# small (118 MB) and need one mpi4py build per MPI library: about 6.5 min
 # wall, 2.3 min CPU each on a 2-core machine (python/requirements-test.txt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,8 +50,13 @@ command -v "$mpicc" >/dev/null || { echo "kbundle: $mpicc not found (mpi4py is b
 
 echo "kbundle: installing $req into $venv (MPICC=$mpicc)" >&2
 start=$SECONDS
-rm -rf "$venv"
-/usr/bin/python3 -m venv "$venv"
+rm -f "$stamp"
+# An existing environment is updated in place (pip keeps what already
+# matches, mpi4py's build included); a broken one is made anew.
+if ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
+	rm -rf "$venv"
+	/usr/bin/python3 -m venv "$venv"
+fi
 MPICC=$mpicc "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check \
 	--no-binary mpi4py -r "$req" >&2
 # The build must have used this MPI (mpi4py 4's get_config() is empty: ask

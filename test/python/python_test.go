@@ -394,3 +394,18 @@ func TestThreadLevel(t *testing.T) {
 		})
 	}
 }
+
+// TestTypes: the package (py.typed), its example and these tests pass
+// mypy --strict, against mpi4py's own stubs.
+func TestTypes(t *testing.T) {
+	py := python(t, testutil.OpenMPI)
+	root := testutil.RepoRoot()
+	files, _ := filepath.Glob(filepath.Join(root, "test", "python", "*.py"))
+	args := append([]string{"-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.DevNull,
+		filepath.Join(root, "python", "kbundle"), filepath.Join(root, "python", "examples")}, files...)
+	so, se, code := testutil.Run(t, []string{"MYPYPATH=" + filepath.Join(root, "python")}, append([]string{py}, args...)...)
+	if code != 0 {
+		t.Fatalf("mypy --strict: exit %d\n%s%s", code, so, se)
+	}
+	t.Logf("%s", strings.TrimSpace(so))
+}
