@@ -81,6 +81,7 @@ type result struct {
 	MismatchNodes int      `json:"mismatch_nodes"`
 	MismatchKeys  []string `json:"mismatch_keys"`
 	Presets       []string `json:"presets"`
+	EmptyPresets  []string `json:"empty_presets"` // leaders: named presets the bundle has nothing for
 	Env           []string `json:"env"`
 	HeldBytes     int64    `json:"held_bytes"`
 }
@@ -216,7 +217,8 @@ func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout fun
 		ReadSeconds: sum.Read.Seconds(), BcastSeconds: sum.Bcast.Seconds(),
 		ExtractSecs: sum.Extract.Seconds(), TotalSeconds: sum.Total.Seconds(),
 		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys),
-		Presets: orEmpty(sum.Presets), Env: orEmpty(sum.Env), HeldBytes: sum.Held,
+		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
+		HeldBytes: sum.Held,
 	}
 }
 
@@ -256,7 +258,7 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 		}
 	}
 	if names != nil {
-		ps, err := lookupPresets(*names)
+		ps, err := warmup.ParseList(*names...)
 		if err != nil {
 			return p, err
 		}
@@ -299,26 +301,6 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 		}
 	}
 	return p, nil
-}
-
-// lookupPresets reads preset names (each may be a comma-separated list),
-// dropping repeats, as `kbundle load --preset`.
-func lookupPresets(values []string) ([]*warmup.Preset, error) {
-	var out []*warmup.Preset
-	seen := map[string]bool{}
-	for _, v := range values {
-		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
-			p, err := warmup.Lookup(name)
-			if err != nil {
-				return nil, err
-			}
-			if !seen[p.Name] {
-				seen[p.Name] = true
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
 }
 
 // jobIDVars are the scheduler and launcher variables holding a job id,

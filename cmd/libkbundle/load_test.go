@@ -85,6 +85,7 @@ func TestRun(t *testing.T) {
 		// destNodes > 0: dest is suffixed .node<k> by load (fake nodes);
 		// < 0: the test gives each node of -destNodes ranks its own.
 		destNodes int
+		empty     string // rank 0's EmptyPresets
 	}{
 		{name: "one node recorded preset", nodes: []int{0, 0, 0},
 			req: func(d string) request { return request{Bundle: file, Dest: d} }, ok: true, presets: "triton"},
@@ -112,6 +113,9 @@ func TestRun(t *testing.T) {
 			req: func(d string) request {
 				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_PRESET": "numba triton"}}
 			}, ok: true, presets: "numba,triton"},
+		{name: "named preset with nothing in the bundle", nodes: []int{0, 0},
+			req: func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{"jax"})} },
+			ok:  true, presets: "jax", empty: "jax"},
 		{name: "bad jobs variable", nodes: []int{0, 0},
 			req: func(d string) request {
 				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_JOBS": "many"}}
@@ -151,6 +155,9 @@ func TestRun(t *testing.T) {
 					t.Errorf("%s exists after a failed load: %v", dest, err)
 				}
 				return
+			}
+			if got := strings.Join(r.EmptyPresets, ","); got != c.empty {
+				t.Errorf("empty presets %q, want %q", got, c.empty)
 			}
 			if got := strings.Join(r.Presets, ","); got != c.presets {
 				t.Errorf("presets %q, want %q", got, c.presets)

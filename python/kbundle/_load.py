@@ -42,7 +42,7 @@ PathArg = Union[str, "os.PathLike[str]"]
 @dataclass(frozen=True)
 class LoadResult:
     """What :func:`load_bundle` did; the same on every rank except
-    ``leader``, ``mismatch_keys``, ``seconds`` (each rank's own) and, with
+    ``leader``, ``mismatch_keys``, ``empty_presets``, ``seconds`` (each rank's own) and, with
     nodes whose paths differ, ``dest`` and ``env``. Truthy when the
     bundle was loaded.
 
@@ -78,6 +78,10 @@ class LoadResult:
     extract_seconds: float = 0.0
     #: The framework presets applied (given, or recorded in the bundle).
     presets: Tuple[str, ...] = ()
+    #: Presets named in the call that the bundle has nothing for (their
+    #: variables point at an empty directory; leaders only, a
+    #: KbundleWarning on rank 0 says so).
+    empty_presets: Tuple[str, ...] = ()
     #: The variables set in os.environ, pointing the frameworks at dest.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: Nodes that differ from the machine the cache was warmed on (kernels
@@ -168,10 +172,18 @@ def load_bundle(
         bcast_seconds=float(out.get("bcast_seconds", 0.0)),
         extract_seconds=float(out.get("extract_seconds", 0.0)),
         presets=tuple(out.get("presets") or ()),
+        empty_presets=tuple(out.get("empty_presets") or ()),
         env=MappingProxyType(env),
         mismatch_nodes=int(out.get("mismatch_nodes", 0)),
         mismatch_keys=tuple(out.get("mismatch_keys") or ()),
     )
+    if rank0 and res.empty_presets:
+        warnings.warn(
+            f"kbundle: warning: the bundle has nothing for preset {', '.join(res.empty_presets)}: "
+            "its variables point at an empty directory",
+            KbundleWarning,
+            stacklevel=2,
+        )
     if rank0 and res.mismatch_nodes:
         what = "a node differs" if res.mismatch_nodes == 1 else f"{res.mismatch_nodes} nodes differ"
         here = f" (here: {', '.join(res.mismatch_keys)})" if res.mismatch_keys else ""

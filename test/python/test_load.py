@@ -135,6 +135,15 @@ def test_explicit_presets() -> None:
     assert os.environ["NUMBA_CACHE_DIR"].startswith(str(dest_for("numba")))
 
 
+def test_preset_with_nothing_in_the_bundle() -> None:
+    res, warned = collect(lambda: load_bundle(COMM, bundle=BUNDLE, dest=dest_for("jax"), preset="jax"))
+    assert res.ok and res.presets == ("jax",)
+    assert len(warned) == (1 if RANK == 0 else 0)
+    if RANK == 0:
+        assert res.empty_presets == ("jax",)
+        assert "nothing for preset jax" in str(warned[0].message)
+
+
 def test_defaults_from_environment() -> None:
     # Set after the library was loaded: the call must still see them.
     os.environ["KBUNDLE_CACHE_DIR"] = str(BUNDLE.parent)
