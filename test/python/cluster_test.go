@@ -181,6 +181,7 @@ func checkCluster(t *testing.T, out string, nodes []string, parent string, ok bo
 			leaders[rep.Host]++
 		}
 	}
+	t.Logf("rank 0 on %s: ok %v, %d nodes, dest %s, reason %q; leaders %v", first.Host, first.OK, first.Nodes, first.Dest, first.Reason, leaders)
 	if ok {
 		for _, n := range nodes {
 			if leaders[n] != 1 {
