@@ -104,12 +104,13 @@ func sameTree(t testing.TB, a, b string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p == root {
-				return nil
+			if p == root || p == filepath.Join(root, InstalledMarker) {
+				return nil // kbundle's mark on a tree it extracted
 			}
 			rel, _ := filepath.Rel(root, p)
 			fi, _ := d.Info()
-			in := info{mode: fi.Mode(), mtime: fi.ModTime()}
+			// Extraction drops group and other write (W8).
+			in := info{mode: fi.Mode() &^ 0o022, mtime: fi.ModTime()}
 			if fi.Mode().IsRegular() {
 				b, err := os.ReadFile(p)
 				if err != nil {
@@ -231,7 +232,7 @@ func TestDedupStoresOnce(t *testing.T) {
 func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
-	os.Symlink("a.ptx", filepath.Join(src, "link"))        // inside: stored as a copy
+	os.Symlink("a.ptx", filepath.Join(src, "link"))         // inside: stored as a copy
 	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
 	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
 	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
@@ -308,8 +309,20 @@ func TestExtractRefusesNonEmptyDest(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
 		t.Fatal("old content touched")
 	}
+	// --force replaces only a tree kbundle installed (W5).
+	if _, err := rc.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrDestination) ||
+		!strings.Contains(err.Error(), InstalledMarker) {
+		t.Fatalf("force over a tree kbundle did not install: %v, want ErrDestination naming %s", err, InstalledMarker)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
+		t.Fatal("old content touched by --force")
+	}
+	os.Remove(filepath.Join(dest, "old"))
+	if _, err := rc.Extract(context.Background(), dest, nil); err != nil {
+		t.Fatal(err) // empty: used
+	}
 	if _, err := rc.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
-		t.Fatal(err)
+		t.Fatal(err) // installed by kbundle: replaced
 	}
 	sameTree(t, src, dest)
 	if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != 1 {

@@ -267,6 +267,9 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		if rel != "" {
 			r = rel + "/" + name
 		}
+		if rel == "" && name == InstalledMarker {
+			continue // kbundle's own mark in a tree it extracted, not content
+		}
 		abs := filepath.Join(t.root, filepath.FromSlash(r))
 		if abs == t.out || (filepath.Dir(abs) == outDir && strings.HasPrefix(name, tmpPre)) {
 			continue

@@ -32,7 +32,7 @@ func hint(err error) string {
 	case errors.Is(err, bundle.ErrInsecurePath):
 		return "hint: the bundle holds a path that could escape its destination; do not use it"
 	case errors.Is(err, bundle.ErrExist):
-		return "hint: pass --force to replace the destination"
+		return "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " + bundle.InstalledMarker + ") is replaced; or choose another destination"
 	case errors.Is(err, fs.ErrNotExist):
 		return "hint: create it with `kbundle warm --pack` or `kbundle pack`"
 	}

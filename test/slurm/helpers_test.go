@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/testutil"
 )
 
@@ -280,7 +281,7 @@ func sameTree(t *testing.T, src, dest string) {
 				return err
 			}
 			rel, _ := filepath.Rel(root, p)
-			if rel == "." {
+			if rel == "." || rel == bundle.InstalledMarker {
 				return nil
 			}
 			info, err := d.Info()
