@@ -71,7 +71,7 @@ func init() {
 				enc.SetIndent("", "  ")
 				return enc.Encode(in)
 			}
-			fmt.Printf("bundle:    %s (format version %d)\n", in.Path, in.Version)
+			fmt.Printf("bundle:    %s (format version %d)\n", bundle.Printable(in.Path), in.Version)
 			fmt.Printf("entries:   %d (%d files, %d directories)\n", in.Entries, in.Files, in.Dirs)
 			fmt.Printf("size:      %s raw, %s distinct, %s packed (ratio %.1f)\n", human(in.RawBytes), human(in.DataBytes), human(in.PackedBytes), in.Ratio)
 			fmt.Printf("segments:  %d of %s\n", in.Segments, human(in.SegmentSize))
@@ -86,7 +86,7 @@ func init() {
 				if len(v) > 100 {
 					v = v[:97] + "..."
 				}
-				fmt.Printf("%-16s %s\n", k+":", v)
+				fmt.Printf("%-16s %s\n", k+":", bundle.Printable(v))
 			}
 			return nil
 		},

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/bundle"
 )
 
 func init() {
@@ -24,7 +26,7 @@ func init() {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 8, 1, ' ', tabwriter.AlignRight)
 			for _, e := range rc.Entries() {
 				if !c.Bool("long") {
-					fmt.Fprintln(os.Stdout, e.Name)
+					fmt.Fprintln(os.Stdout, bundle.Printable(e.Name))
 					continue
 				}
 				dig := e.Digest.String()
@@ -32,7 +34,7 @@ func init() {
 					dig = "-"
 				}
 				fmt.Fprintf(tw, "%v\t%d\t %s\t %s\t %s\n", e.Info().Mode(), e.Size,
-					e.ModTime.UTC().Format(time.RFC3339Nano), dig, e.Name)
+					e.ModTime.UTC().Format(time.RFC3339Nano), dig, bundle.Printable(e.Name))
 			}
 			return tw.Flush()
 		},
