@@ -72,13 +72,11 @@ func (l *leader) share() error {
 		s.Presets = strings.Split(names, ",")
 	}
 	if l.presets == nil && len(s.Presets) > 0 {
-		for _, n := range s.Presets {
-			p, err := warmup.Lookup(n)
-			if err != nil {
-				return err
-			}
-			l.presets = append(l.presets, p)
+		ps, err := warmup.ParseList(names)
+		if err != nil {
+			return err
 		}
+		l.presets = ps
 	}
 	return nil
 }

@@ -85,7 +85,11 @@ type Summary struct {
 	Ranks    int
 	Leader   bool     // this rank extracted for its node
 	Presets  []string // presets applied
-	Env      []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
+	// EmptyPresets (leaders) are the presets asked for by name whose
+	// directories the bundle has nothing in: their variables point at
+	// nothing.
+	EmptyPresets []string
+	Env          []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
 	// Read is rank 0's time reading the bundle; Bcast the whole stream;
 	// Extract the longest leader's staging (decode and write), all three
 	// overlapping; Total the whole call.
@@ -225,7 +229,6 @@ type leader struct {
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
-	recorded    string // the bundle's "preset" metadata (leaders)
 }
 
 // abort rolls this node's copy back, if any.
@@ -274,12 +277,19 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	l := k.l
 	l.sum.Entries = len(s.Entries())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
-	l.recorded = s.Meta()[bundle.MetaPreset]
-	presets, err := l.choosePresets()
+	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
 		return err
 	}
 	l.presets = presets
+	if l.plan.Presets != nil {
+		// Asked for by name: say which have nothing in this bundle.
+		missing, _ := warmup.MissingContent(s, presets)
+		l.sum.EmptyPresets = strings.Split(presetNames(missing), ",")
+		if len(missing) == 0 {
+			l.sum.EmptyPresets = nil
+		}
+	}
 	k.staged = make(chan error, 1)
 	go func() {
 		t := time.Now()
@@ -287,7 +297,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 		if err == nil {
 			origin := s.Meta()[bundle.MetaOrigin]
 			for _, p := range presets {
-				if err = p.Relocate(st.Dir(), origin); err != nil {
+				if err = p.RelocateStaged(st.Dir(), st.Dest(), origin); err != nil {
 					err = fmt.Errorf("preset %s: %w", p.Name, err)
 					break
 				}
@@ -310,19 +320,11 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 func (k *sink) Write(p []byte) (int, error) { return k.s.Write(p) }
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
-func (l *leader) choosePresets() ([]*warmup.Preset, error) {
-	if l.plan.Presets != nil || !l.plan.UseRecorded || l.recorded == "" {
+func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
+	if l.plan.Presets != nil || !l.plan.UseRecorded {
 		return l.plan.Presets, nil
 	}
-	var out []*warmup.Preset
-	for _, name := range strings.Split(l.recorded, ",") {
-		p, err := warmup.Lookup(strings.TrimSpace(name))
-		if err != nil {
-			return nil, fmt.Errorf("the bundle records preset %q: %w", name, err)
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return warmup.PresetsFromMeta(meta)
 }
 
 // stage runs the stream on a leader and stages its node's copy. The error
@@ -349,13 +351,8 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 			<-k.staged
 			l.abort()
 		}
-		var e *broadcast.Error
-		if errors.As(err, &e) { // rank 0 could not use the bundle: no node-local part
-			return err
-		}
-		return err
+		return err // rank 0's announced failure, the same on every leader, or ErrComm
 	}
-	var digestBad int64
 	if k.s != nil {
 		cerr := k.s.Close()
 		serr := <-k.staged
@@ -363,35 +360,43 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 		case local != nil:
 		case serr != nil:
 			local = serr
-		case cerr != nil && group.Rank() == 0:
-			// What rank 0 read does not match the trailer: the file itself
-			// is damaged (every other leader sees the same).
+		case cerr != nil && group.Rank() == 0: // what rank 0 read from the file itself
 			local = fmt.Errorf("%w: %s: %w", broadcast.ErrNoBundle, l.plan.Bundle, cerr)
-			digestBad = 1
 		case cerr != nil:
 			local = fmt.Errorf("%w: %w: %w", broadcast.ErrNoBundle, broadcast.ErrTransfer, cerr)
 		}
 		l.sum.Held = k.s.Held()
 	}
-	// A damaged file is rank 0's failure alone, not one per node.
-	bad, err := group.AllreduceInt64(digestBad, mpi.Max)
+	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
+		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
+	}
+	// What rank 0 read and decoded itself failing means the file is bad:
+	// that is one failure, said once for the file, not once per node.
+	var fileBad int64
+	if group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle) {
+		fileBad = 1
+	}
+	bad, err := group.AllreduceInt64(fileBad, mpi.Max)
 	if err != nil {
 		l.abort()
-		return commErr("digest agreement", err)
+		return commErr("agreement on the file", err)
 	}
-	if bad == 1 && group.Rank() != 0 && errors.Is(local, broadcast.ErrTransfer) {
-		l.abort()
-		l.staged = nil
+	if local == nil {
+		return l.checkHost(k)
+	}
+	l.abort()
+	l.staged = nil
+	switch {
+	case bad == 1 && group.Rank() == 0:
+		return local
+	case bad == 1 && errors.Is(local, broadcast.ErrNoBundle):
 		return nil // rank 0's failure fails the load everywhere
 	}
-	if local != nil {
-		l.abort()
-		l.staged = nil
-		if bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
-			local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
-		}
-		return l.describe(local)
-	}
+	return l.describe(local)
+}
+
+// checkHost compares this node with the warm-up machine.
+func (l *leader) checkHost(k *sink) error {
 	if l.plan.HostInfo != nil {
 		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo)
 	}

@@ -51,7 +51,16 @@ type Preset struct {
 	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
 
-	relocate func(dest, origin string) error
+	relocate func(dir, dest, origin string) error
+	// hitWrite reports whether a file the framework writes (or removes)
+	// in its cache on a cache hit is only bookkeeping, not a rebuild (pocl's
+	// empty last_accessed stamps). Check ignores those.
+	hitWrite func(c Change) bool
+	// refusals are substrings of lines the framework prints when it finds
+	// a cache entry but refuses it and compiles again without rewriting the
+	// file (JAX on XLA:CPU's AOT loader rejection, jax-ml/jax#38445): Check
+	// cannot see those in the files, so it watches the run's output.
+	refusals []string
 }
 
 // Presets returns the whole table, sorted by name. The returned presets
@@ -146,11 +155,20 @@ func (v Var) value(dest string) string {
 // dest. An empty origin means unknown: paths are then repaired from the
 // cache layout where the framework's layout allows it.
 func (p *Preset) Relocate(dest, origin string) error {
+	return p.RelocateStaged(dest, dest, origin)
+}
+
+// RelocateStaged is Relocate for a copy extracted to staged that will be
+// renamed to dest afterwards (an all-or-nothing extraction): files are
+// read and rewritten in staged, but the paths written into them name dest,
+// where the framework will find them. A path under staged is treated as
+// one under dest.
+func (p *Preset) RelocateStaged(staged, dest, origin string) error {
 	for _, q := range p.closure() {
 		if q.relocate == nil {
 			continue
 		}
-		if err := q.relocate(dest, origin); err != nil {
+		if err := q.relocate(staged, dest, origin); err != nil {
 			return fmt.Errorf("preset %s: %w", q.Name, err)
 		}
 	}

@@ -108,7 +108,7 @@ func TestEnv(t *testing.T) {
 		{"inductor", []string{"TORCHINDUCTOR_CACHE_DIR=/d/inductor", "TRITON_CACHE_DIR=/d/triton"}},
 		{"pocl", []string{"POCL_CACHE_DIR=/d/pocl", "POCL_KERNEL_CACHE=1"}},
 		{"pyopencl", []string{"XDG_CACHE_HOME=/d/xdg", "POCL_CACHE_DIR=/d/pocl", "POCL_KERNEL_CACHE=1"}},
-		{"jax", []string{"JAX_COMPILATION_CACHE_DIR=/d/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1"}},
+		{"jax", []string{"JAX_COMPILATION_CACHE_DIR=/d/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1", "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none"}},
 		{"cupy", []string{"CUPY_CACHE_DIR=/d/cupy"}},
 		{"cuda", []string{"CUDA_CACHE_PATH=/d/cuda"}},
 		{"julia", []string{"JULIA_DEPOT_PATH=/d/julia"}},

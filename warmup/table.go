@@ -1,5 +1,10 @@
 package warmup
 
+import (
+	"path"
+	"strings"
+)
+
 // Subdirectories of DIR, one per framework, so that several presets share
 // one DIR (e.g. --preset numba --preset pyopencl): see docs/presets.md.
 var table = []*Preset{
@@ -46,6 +51,7 @@ var table = []*Preset{
 		},
 		Misses: []string{
 			"PyTorch version, Python version, GPU model and Triton version are part of the keys",
+			"the C++ compiler Inductor runs on CPUs, by name: measured, the same GCC called through CXX=c++ instead of the default g++ misses every graph (warm up with the job's CXX and modules)",
 			"Triton's group files need relocation (included triton preset)",
 		},
 		Notes: []string{"includes the triton preset: TRITON_CACHE_DIR points at DIR/triton (Inductor would otherwise put it under its own cache dir)"},
@@ -64,10 +70,23 @@ var table = []*Preset{
 			{Name: "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", Value: "-1",
 				Source: "JAX docs \"Persistent compilation cache\" (jax_persistent_cache_min_entry_size_bytes)",
 				Doc:    "cache entries of any size (-1 disables the size restriction)"},
+			{Name: "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES", Value: "none",
+				Source: "jax/_src/config.py jax_persistent_cache_enable_xla_caches (default xla_gpu_per_fusion_autotune_cache_dir); jax/_src/compiler.py, cache_key.py",
+				Doc:    "do not put XLA's autotune cache path (an absolute path under the cache) into the compile options: JAX hashes it into every cache key, so a moved cache would never hit"},
 		},
 		Misses: []string{
 			"jax/jaxlib version, XLA flags, backend (CPU/GPU/TPU) and device kind are part of the key",
 			"the number of devices and the distributed topology change the compiled program",
+			"by default the cache key contains the cache directory's absolute path (XLA's per-fusion autotune cache dir, put into the hashed compile options): kbundle sets JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none so entries are path-independent",
+			"CPU backend: the XLA:CPU AOT loader may reject every entry on some CPUs (+prefer-no-gather, jax-ml/jax#38445); kbundle warm --check shows it",
+		},
+		// JAX keeps a refused entry's file (LRUCache.put skips an existing
+		// key), so only its messages tell: the XLA:CPU AOT loader's E-level
+		// log line and JAX's own warning for an unreadable entry.
+		refusals: []string{
+			"Machine type used for XLA:CPU compilation doesn't match",
+			"Target machine feature",
+			"Error reading persistent compilation cache entry",
 		},
 	},
 	{
@@ -123,6 +142,7 @@ var table = []*Preset{
 			"PyOpenCL users need the pyopencl preset, which includes this one",
 		},
 		Writable: true,
+		hitWrite: poclHitWrite,
 	},
 	{
 		Name:      "pyopencl",
@@ -174,4 +194,14 @@ var table = []*Preset{
 			"the depot also holds packages and registries: a depot warmed here is self-contained",
 		},
 	},
+}
+
+// poclHitWrite: on a cache hit pocl writes an empty last_accessed stamp in
+// each kernel directory it uses and an empty tempfile_* per process
+// (measured with pocl 3.1, test/jit). Anything else, or anything with
+// content, is a rebuild.
+func poclHitWrite(c Change) bool {
+	base := path.Base(c.Path)
+	return c.Size == 0 && strings.HasPrefix(c.Path, "pocl/") &&
+		(base == "last_accessed" || strings.HasPrefix(base, "tempfile_"))
 }

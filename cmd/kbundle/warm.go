@@ -21,25 +21,26 @@ import (
 const (
 	exitCannotExec = 126
 	exitNotFound   = 127
+	// exitNotReused: warm --check found that the cache was not reused.
+	exitNotReused = 4
 )
-
-// presetFlag is shared by the commands that point frameworks at a cache.
-var presetFlag = &cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, EnvVars: []string{"KBUNDLE_PRESET"},
-	Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`)"}
 
 func init() {
 	register(&cli.Command{
 		Name:  "warm",
 		Usage: "run an application once, as one plain process, to fill a cache directory",
-		UsageText: "kbundle warm [--dir DIR] [--preset NAME]... [--pack [-o FILE] [--level NAME]] -- CMD [ARGS...]\n\n" +
+		UsageText: "kbundle warm [--dir DIR] [--preset NAME]... [--pack [-o FILE] [--level NAME]] [--check] -- CMD [ARGS...]\n\n" +
 			"Runs CMD with the presets' variables pointing its JIT framework at DIR and every\n" +
 			"MPI/Slurm/Flux launcher variable removed, then reports what it added to DIR.\n" +
 			"CMD's exit status becomes kbundle's (128+N when signal N ended it; 127 not\n" +
-			"found, 126 not executable). With --pack, DIR is packed afterwards if CMD succeeded.",
+			"found, 126 not executable). With --pack, DIR is packed afterwards if CMD succeeded.\n" +
+			"With --check, CMD then runs again against a copy of DIR unpacked at another path,\n" +
+			"as load places it; status 4 if it wrote anything there (the cache was not reused).",
 		Flags: []cli.Flag{dirFlag, presetFlag,
 			&cli.BoolFlag{Name: "pack", Usage: "pack DIR into a bundle after a successful run"},
 			outputFlag, levelFlag, jobsFlag, excludeFlag,
 			&cli.IntFlag{Name: "top", Value: 5, Usage: "show the `N` largest new or changed entries"},
+			&cli.BoolFlag{Name: "check", Usage: "then run CMD again against a copy of DIR unpacked elsewhere and fail (status 4) unless it reused the cache"},
 		},
 		Action: warm,
 	})
@@ -128,43 +129,39 @@ func warm(c *cli.Context) error {
 	if res.Delta.Empty() {
 		warmWarn("the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
 	}
-	if !c.Bool("pack") {
-		return nil
+	if c.Bool("pack") {
+		pres, err := packDir(c, dir, out, presetNames(presets))
+		if err != nil {
+			return err
+		}
+		printPackResult(dir, pres)
 	}
-	pres, err := packDir(c, dir, out, presetNames(presets))
-	if err != nil {
-		return err
+	if c.Bool("check") {
+		return warmCheck(c, dir, out, argv, presets)
 	}
-	printPackResult(dir, pres)
 	return nil
 }
 
-// lookupPresets resolves --preset values; each may hold several names
-// separated by spaces or commas (KBUNDLE_PRESET="pocl pyopencl").
-func lookupPresets(values []string) ([]*warmup.Preset, error) {
-	var out []*warmup.Preset
-	seen := map[string]bool{}
-	for _, v := range values {
-		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
-			p, err := warmup.Lookup(name)
-			if err != nil {
-				return nil, err
-			}
-			if !seen[p.Name] {
-				seen[p.Name] = true
-				out = append(out, p)
-			}
-		}
+// warmCheck runs warmup.Check (against the bundle just packed, if any)
+// and maps its verdict to kbundle's exit status.
+func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*warmup.Preset) error {
+	warmInfo("check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
+	res, err := warmup.Check(c.Context, &warmup.CheckOptions{
+		Dir: dir, Bundle: bundlePath, Exclude: c.StringSlice("exclude"), Presets: presets,
+		Argv: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if res != nil {
+		res.Report(os.Stderr, 10)
 	}
-	return out, nil
-}
-
-func presetNames(ps []*warmup.Preset) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.Name
+	switch {
+	case errors.Is(err, warmup.ErrNotReused), errors.Is(err, warmup.ErrNothingToCheck):
+		return cli.Exit(err.Error(), exitNotReused)
+	case err != nil:
+		return startExit(err)
+	case res.Run.Failed():
+		return cli.Exit(fmt.Sprintf("check run exited with status %d", res.Run.ExitCode), res.Run.ExitCode)
 	}
-	return strings.Join(names, ",")
+	return nil
 }
 
 func startExit(err error) error {

@@ -66,12 +66,16 @@ NODELINE=$(slurmd -C 2>/dev/null | head -n 1)
 mkdir -p "$STATE"
 "$HERE/slurm-down.sh" "$STATE" 2>&1 | sed 's/^/  /' >&2 || true
 
-# slurmd and slurmctld daemons still running (not zombies): "pid conf" lines.
+# slurmd and slurmctld daemons still running (not zombies) in this network
+# namespace (those of the multi-node test cluster, scripts/ci/nscluster-up.sh,
+# run in their nodes' namespaces and hold no port here): "pid conf" lines.
 running_daemons() {
-	local p comm st conf
+	local p comm st conf here
+	here=$(readlink /proc/self/ns/net)
 	for p in /proc/[0-9]*; do
 		comm=$(cat "$p/comm" 2>/dev/null) || continue
 		[[ $comm == slurmctld || $comm == slurmd ]] || continue
+		[[ $(readlink "$p/ns/net" 2>/dev/null) == "$here" ]] || continue
 		st=$(cut -d' ' -f3 "$p/stat" 2>/dev/null) || continue
 		[[ $st == Z || $st == X ]] && continue
 		conf=$(tr '\0' '\n' <"$p/cmdline" 2>/dev/null | sed -n '/^-f$/{n;p;q}')

@@ -1,4 +1,4 @@
-package jittest
+package jit
 
 import (
 	"bufio"
@@ -81,10 +81,18 @@ func jsonLines[T any](t *testing.T, out string) []T {
 // workload's output.
 func warm(t *testing.T, preset, script string) (bundlePath, cacheDir, stdout string) {
 	t.Helper()
+	bundlePath, cacheDir, stdout, _ = warmArgs(t, preset, nil, python, script)
+	return bundlePath, cacheDir, stdout
+}
+
+// warmArgs runs `kbundle warm --preset P --pack FLAGS -- ARGV...` with a
+// fake launcher environment; it fails the test unless kbundle exits 0.
+func warmArgs(t *testing.T, preset string, flags []string, argv ...string) (bundlePath, cacheDir, stdout, stderr string) {
+	t.Helper()
 	kb := testutil.Kbundle(t, testutil.NoMPI)
 	cacheDir = filepath.Join(t.TempDir(), "warm-cache")
-	stdout, stderr, code := testutil.Run(t, fakeLauncher,
-		kb, "warm", "--dir", cacheDir, "--preset", preset, "--pack", "--", python, script)
+	args := append([]string{kb, "warm", "--dir", cacheDir, "--preset", preset, "--pack"}, flags...)
+	stdout, stderr, code := testutil.Run(t, fakeLauncher, append(append(args, "--"), argv...)...)
 	if code != 0 {
 		t.Fatalf("kbundle warm: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
@@ -92,12 +100,18 @@ func warm(t *testing.T, preset, script string) (bundlePath, cacheDir, stdout str
 		t.Fatalf("warm-up added nothing:\n%s", stderr)
 	}
 	t.Logf("warm-up report:\n%s", stderr)
-	return filepath.Join(cacheDir, "cache.kbundle"), cacheDir, stdout
+	return filepath.Join(cacheDir, "cache.kbundle"), cacheDir, stdout, stderr
 }
 
 // load runs `mpirun -np 4 kbundle load --preset P` and returns the
 // destination and the variables it printed (parsed from export lines).
 func load(t *testing.T, v testutil.Variant, bundlePath, preset string) (dest string, env []string) {
+	t.Helper()
+	return loadN(t, v, np, bundlePath, preset)
+}
+
+// loadN is load with n ranks.
+func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, preset string) (dest string, env []string) {
 	t.Helper()
 	kb := testutil.Kbundle(t, v)
 	if _, _, code := testutil.Run(t, nil, kb, "load", "--help"); code != 0 {
@@ -177,9 +191,19 @@ func unquote(s string) string {
 // checkRanks checks that exactly ranks 0..np-1 reported.
 func checkRanks(t *testing.T, ranks []int) {
 	t.Helper()
+	checkRanksN(t, ranks, np)
+}
+
+// checkRanksN checks that exactly ranks 0..n-1 reported.
+func checkRanksN(t *testing.T, ranks []int, n int) {
+	t.Helper()
 	slices.Sort(ranks)
-	if !slices.Equal(ranks, []int{0, 1, 2, 3}) {
-		t.Errorf("ranks that reported: %v, want 0..%d", ranks, np-1)
+	want := make([]int, n)
+	for i := range want {
+		want[i] = i
+	}
+	if !slices.Equal(ranks, want) {
+		t.Errorf("ranks that reported: %v, want 0..%d", ranks, n-1)
 	}
 }
 

@@ -1,4 +1,4 @@
-package mpitest
+package mpi
 
 import (
 	"fmt"
@@ -82,9 +82,14 @@ func TestLoadCLIFakeNodesFailures(t *testing.T) {
 			if b, err := os.ReadFile(filepath.Join(busy, "old")); err != nil || string(b) != "old" {
 				t.Errorf("node 2's old DEST was touched: %v", err)
 			}
-			// The other nodes extracted atomically: whole trees, no temporary siblings.
+			// All or nothing: no other node keeps a DEST.
 			for _, k := range []int{0, 1, 3} {
-				sameTrees(t, tree, fmt.Sprintf("%s.node%d", dest, k))
+				if _, err := os.Lstat(fmt.Sprintf("%s.node%d", dest, k)); !os.IsNotExist(err) {
+					t.Errorf("node %d has a DEST although node 2 failed: %v", k, err)
+				}
+			}
+			if !strings.Contains(stderr, "(rank 2): ") {
+				t.Errorf("the failing node and its ranks are not named\nstderr:\n%s", stderr)
 			}
 			ents, _ := os.ReadDir(filepath.Dir(dest))
 			for _, e := range ents {

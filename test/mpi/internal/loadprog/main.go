@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
@@ -43,6 +44,14 @@ func run(w *mpi.Comm, path, tree string) int {
 	var opts []broadcast.Option
 	if path != "" {
 		opts = append(opts, broadcast.WithPath(path))
+	}
+	if v := os.Getenv("KBUNDLE_BCAST_CHUNK"); v != "" { // the test's knob for many small chunks
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			fmt.Printf("error rank %d: KBUNDLE_BCAST_CHUNK: %v\n", w.Rank(), err)
+			return 2
+		}
+		opts = append(opts, broadcast.WithChunkSize(n))
 	}
 	var st broadcast.Stats
 	r, err := broadcast.LoadBundle(w, append(opts, broadcast.WithStats(&st))...)

@@ -1,0 +1,104 @@
+package warmup
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"testing/fstest"
+
+	"github.com/kbundle/kbundle/bundle"
+)
+
+func names(ps []*Preset) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func TestPresetsFromMeta(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    string
+		unknown bool
+	}{
+		{"", "", false},
+		{"numba", "numba", false},
+		{"numba,pyopencl", "numba,pyopencl", false},
+		{" pocl pyopencl ", "pocl,pyopencl", false},
+		{"JAX,jax", "jax", false},
+		{"numba,fromthefuture", "numba", true},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			meta := map[string]string{bundle.MetaOrigin: "/x"}
+			if tc.value != "" {
+				meta[bundle.MetaPreset] = tc.value
+			}
+			ps, err := PresetsFromMeta(meta)
+			if got := PresetNames(ps); got != tc.want {
+				t.Errorf("presets %q, want %q", got, tc.want)
+			}
+			if errors.Is(err, ErrUnknownPreset) != tc.unknown {
+				t.Errorf("err %v, unknown preset expected: %v", err, tc.unknown)
+			}
+		})
+	}
+}
+
+func TestMissingContent(t *testing.T) {
+	all, err := ParseList("numba,inductor,pyopencl,jax")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys := fstest.MapFS{
+		"numba/x/f.nbi":      {Data: []byte("i")},
+		"inductor/fxgraph/a": {Data: []byte("g")}, // triton/ empty: fine, included
+		"xdg/.keep-dir-only": {Mode: os.ModeDir},
+		"pocl/k/parallel.bc": {Data: []byte("b")},
+		"jax":                {Mode: os.ModeDir},
+		"cache.kbundle":      {Data: []byte("b")},
+	}
+	missing, err := MissingContent(fsys, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := PresetNames(missing); got != "pyopencl,jax" {
+		t.Errorf("missing %q, want pyopencl,jax", got)
+	}
+}
+
+// MissingContent works on the bundle itself (a *bundle.Reader is an
+// fs.FS), before anything is extracted.
+func TestMissingContentBundle(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "numba", "x"), 0o700)
+	os.WriteFile(filepath.Join(dir, "numba", "x", "f.nbi"), []byte("i"), 0o600)
+	out := filepath.Join(t.TempDir(), "b.kbundle")
+	if _, err := bundle.Pack(context.Background(), dir, out, &bundle.PackOptions{Preset: "numba"}); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := bundle.Open(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	recorded, err := PresetsFromMeta(rc.Meta())
+	if err != nil || PresetNames(recorded) != "numba" {
+		t.Fatalf("recorded %q, %v", PresetNames(recorded), err)
+	}
+	asked, _ := ParseList("numba", "triton")
+	missing, err := MissingContent(rc, asked)
+	if err != nil || PresetNames(missing) != "triton" {
+		t.Errorf("missing %q, %v; want triton", PresetNames(missing), err)
+	}
+}
+
+func TestParseListUnknown(t *testing.T) {
+	ps, err := ParseList("numba", "nope,zip")
+	if !errors.Is(err, ErrUnknownPreset) || PresetNames(ps) != "numba" {
+		t.Errorf("%q %v", names(ps), err)
+	}
+}
