@@ -21,13 +21,16 @@ from kbundle import KbundleWarning, load_bundle
 
 
 def digest(root: Path) -> str:
-    """SHA-256 of every entry's path, kind, mode, ns mtime and content."""
+    """SHA-256 of every entry's path, kind, mode, ns mtime and content
+    (but kbundle's own mark at the top)."""
     h = hashlib.sha256()
     if not root.is_dir():
         return "missing"
     for dirpath, dirnames, filenames in sorted(os.walk(root)):
         for name in sorted(dirnames + filenames):
             p = Path(dirpath) / name
+            if p == root / ".kbundle-installed":  # kbundle's mark
+                continue
             st = p.lstat()
             h.update(f"{p.relative_to(root)}\0{st.st_mode:o}\0{st.st_mtime_ns}\0".encode())
             if p.is_file():
