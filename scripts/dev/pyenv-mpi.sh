@@ -3,6 +3,7 @@
 # kbundle's Python package tests, one per MPI library.
 #
 # Usage: scripts/dev/pyenv-mpi.sh openmpi|mpich
+#        scripts/dev/pyenv-mpi.sh deps   (only the Debian packages it needs)
 #
 # Makes .venv-mpi/VARIANT with Debian's /usr/bin/python3 and installs the
 # pinned packages of python/requirements-test.txt from PyPI: mpi4py built
@@ -21,19 +22,13 @@ variant=${1:-}
 case $variant in
 openmpi) mpicc=mpicc.openmpi ;;
 mpich) mpicc=mpicc.mpich ;;
+deps) ;;
 *)
-	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich" >&2
+	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich|deps" >&2
 	exit 2
 	;;
 esac
-venv=.venv-mpi/$variant
-req=python/requirements-test.txt
-stamp=$venv/.kbundle-requirements
 
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s <(cat "$req"; echo "MPICC=$mpicc") "$stamp"; then
-	echo "$PWD/$venv/bin/python"
-	exit 0
-fi
 # python3-dev: mpi4py is compiled against Python's headers.
 has_headers() {
 	/usr/bin/python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
@@ -44,7 +39,18 @@ if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || ! has_headers; 
 		echo "kbundle: hint: sudo apt-get install -y python3-venv python3-dev" >&2
 		exit 1
 	fi
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-dev >/dev/null
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq python3-venv python3-dev >/dev/null
+fi
+[ "$variant" = deps ] && exit 0
+venv=.venv-mpi/$variant
+req=python/requirements-test.txt
+stamp=$venv/.kbundle-requirements
+
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s <(cat "$req"; echo "MPICC=$mpicc") "$stamp"; then
+	echo "$PWD/$venv/bin/python"
+	exit 0
 fi
 command -v "$mpicc" >/dev/null || { echo "kbundle: $mpicc not found (mpi4py is built with it; run scripts/dev/deps.sh)" >&2; exit 1; }
 
@@ -61,7 +67,7 @@ MPICC=$mpicc "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-versio
 	--no-binary mpi4py -r "$req" >&2
 # The build must have used this MPI (mpi4py 4's get_config() is empty: ask
 # the library it runs on).
-got=$("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])')
+got=$("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')
 case $variant:$got in
 "openmpi:Open MPI"* | "mpich:MPICH"*) ;;
 *)

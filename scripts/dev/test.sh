@@ -62,9 +62,21 @@ fi
 # with that MPI's mpicc (scripts/dev/pyenv-mpi.sh; pinned in
 # python/requirements-test.txt; a no-op when already up to date).
 # test/python runs pytest under mpirun, mpiexec.hydra and srun with them.
+# Both at once: each mpi4py build is one long single-threaded compile.
 echo "== python environments (mpi4py)"
-KBUNDLE_PYTHON_OPENMPI=$(scripts/dev/pyenv-mpi.sh openmpi)
-KBUNDLE_PYTHON_MPICH=$(scripts/dev/pyenv-mpi.sh mpich)
+scripts/dev/pyenv-mpi.sh deps # apt-get, once
+pyenvs=$(mktemp -d)
+scripts/dev/pyenv-mpi.sh openmpi >"$pyenvs/openmpi" &
+pyenv_openmpi=$!
+scripts/dev/pyenv-mpi.sh mpich >"$pyenvs/mpich" &
+pyenv_mpich=$!
+pyenv_ok=1
+wait "$pyenv_openmpi" || pyenv_ok=0
+wait "$pyenv_mpich" || pyenv_ok=0
+[ "$pyenv_ok" = 1 ] || { echo "kbundle: scripts/dev/pyenv-mpi.sh failed" >&2; exit 1; }
+KBUNDLE_PYTHON_OPENMPI=$(cat "$pyenvs/openmpi")
+KBUNDLE_PYTHON_MPICH=$(cat "$pyenvs/mpich")
+rm -rf "$pyenvs"
 export KBUNDLE_PYTHON_OPENMPI KBUNDLE_PYTHON_MPICH KBUNDLE_TEST_PYTHON=1
 # --- end of the Python package's section ----------------------------------
 
