@@ -13,7 +13,8 @@ import (
 )
 
 // The multi-node cluster of scripts/ci/nscluster-up.sh (docs/cluster.md):
-// 3 namespace nodes of 2 ranks, node-local tmpfs at /tmp/node-local.
+// 3 namespace nodes of 2 ranks, node-local tmpfs at /tmp/node-local
+// (see the script's header and test/cluster).
 const (
 	clusterNodes   = 3
 	clusterPerNode = 2
