@@ -12,7 +12,7 @@ import (
 	"github.com/kbundle/kbundle/internal/testutil"
 )
 
-// The multi-node cluster of scripts/ci/nscluster-up.sh (docs/cluster.md):
+// The multi-node cluster of scripts/ci/nscluster-up.sh:
 // 3 namespace nodes of 2 ranks, node-local tmpfs at /tmp/node-local
 // (see the script's header and test/cluster).
 const (
