@@ -13,8 +13,8 @@
 # records it). Prints the environment's python on stdout.
 #
 # Separate from scripts/dev/venv.sh (JAX, PyTorch): these environments are
-# small (118 MB) and need one mpi4py build per MPI library: about 6.5 min
-# wall, 2.3 min CPU each on a 2-core machine (python/requirements-test.txt).
+# small (118 MB) and need one mpi4py build per MPI library: 441 s wall
+# for both at once on a 2-core machine (python/requirements-test.txt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
