@@ -160,6 +160,12 @@ func fixtures(t *testing.T) []string {
 	if _, err := bundle.Pack(context.Background(), tree, good, &bundle.PackOptions{Preset: "triton", SegmentSize: bundle.MinSegmentSize}); err != nil {
 		t.Fatal(err)
 	}
+	// Warmed on another machine: every node differs from it.
+	foreign := filepath.Join(store, "foreign.kbundle")
+	if _, err := bundle.Pack(context.Background(), tree, foreign, &bundle.PackOptions{
+		Host: map[string]string{"host.os": "linux", "host.cpu_model": "Imaginary CPU 9000"}}); err != nil {
+		t.Fatal(err)
+	}
 	b, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +190,7 @@ func fixtures(t *testing.T) []string {
 	}
 	return []string{
 		"KBUNDLE_PYTEST_TREE=" + tree, "KBUNDLE_PYTEST_BUNDLE=" + good, "KBUNDLE_PYTEST_DAMAGED=" + damaged,
-		"KBUNDLE_PYTEST_UNTRUSTED=" + untrusted, "KBUNDLE_PYTEST_WORK=" + work,
+		"KBUNDLE_PYTEST_UNTRUSTED=" + untrusted, "KBUNDLE_PYTEST_WORK=" + work, "KBUNDLE_PYTEST_FOREIGN=" + foreign,
 	}
 }
 

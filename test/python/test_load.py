@@ -7,6 +7,7 @@ and calls load_bundle the same number of times, and checks that matter
 makes the fixtures and passes them in KBUNDLE_PYTEST_* variables:
 TREE (the cache tree), BUNDLE (it packed, recording the preset triton),
 DAMAGED (one byte flipped), UNTRUSTED (in a directory others can write),
+FOREIGN (recording another warm-up machine),
 WORK (a fresh directory for destinations), VARIANT (openmpi or mpich).
 """
 
@@ -38,6 +39,7 @@ TREE = Path(os.environ["KBUNDLE_PYTEST_TREE"])
 BUNDLE = Path(os.environ["KBUNDLE_PYTEST_BUNDLE"])
 DAMAGED = Path(os.environ["KBUNDLE_PYTEST_DAMAGED"])
 UNTRUSTED = Path(os.environ["KBUNDLE_PYTEST_UNTRUSTED"])
+FOREIGN = Path(os.environ["KBUNDLE_PYTEST_FOREIGN"])
 WORK = Path(os.environ["KBUNDLE_PYTEST_WORK"])
 VARIANT = os.environ["KBUNDLE_PYTEST_VARIANT"]
 
@@ -150,6 +152,17 @@ def test_preset_with_nothing_in_the_bundle() -> None:
     if RANK == 0:
         assert res.empty_presets == ("jax",)
         assert "nothing for preset jax" in str(warned[0].message)
+
+
+def test_warmed_on_another_machine() -> None:
+    res, warned = collect(lambda: load_bundle(COMM, bundle=FOREIGN, dest=dest_for("foreign")))
+    assert res.ok and res.mismatch_nodes == res.nodes == 1
+    if res.leader:
+        assert res.mismatch_keys == ("host.cpu_model",)
+    assert len(warned) == (1 if RANK == 0 else 0)
+    if RANK == 0:
+        text = str(warned[0].message)
+        assert "a node differs from the machine the cache was warmed on (here: host.cpu_model)" in text
 
 
 def test_defaults_from_environment() -> None:
