@@ -267,3 +267,46 @@ func inductorOtherCompiler(t *testing.T, py, script, bundlePath string, function
 		t.Errorf("with CXX=c++: %+v; docs/presets.md says every graph misses", r)
 	}
 }
+
+// TestMPI4Py: the virtual environment's mpi4py (PyPI's binary wheel)
+// works under Open MPI as installed and under Debian's MPICH with the
+// library link venv.sh makes (LD_LIBRARY_PATH=.venv/mpich-lib
+// MPI4PY_LIBMPI=libmpi.so.12), at np 1, 2 and 4: every rank sees the
+// launcher's size and an allreduce of the ranks agrees.
+func TestMPI4Py(t *testing.T) {
+	py := venvPython(t, "mpi4py")
+	prog := `from mpi4py import MPI
+c = MPI.COMM_WORLD
+import sys
+sys.stdout.write("%d %d %d %s\n" % (c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank()), MPI.Get_library_version().split()[0]))`
+	for _, v := range testutil.MPIVariants {
+		var env []string
+		lib := "Open"
+		if v == testutil.MPICH {
+			env = []string{"LD_LIBRARY_PATH=" + filepath.Join(filepath.Dir(filepath.Dir(py)), "mpich-lib"), "MPI4PY_LIBMPI=libmpi.so.12"}
+			lib = "MPICH"
+		}
+		for _, n := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("%s/np%d", v, n), func(t *testing.T) {
+				stdout, stderr, code := testutil.RunMPI(t, v, n, env, py, "-c", prog)
+				if code != 0 {
+					t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				lines := strings.Split(strings.TrimSpace(stdout), "\n")
+				if len(lines) != n {
+					t.Fatalf("%d lines from %d ranks:\n%s", len(lines), n, stdout)
+				}
+				for _, l := range lines {
+					var rank, size, sum int
+					var name string
+					if _, err := fmt.Sscanf(l, "%d %d %d %s", &rank, &size, &sum, &name); err != nil {
+						t.Fatalf("line %q: %v", l, err)
+					}
+					if size != n || sum != n*(n-1)/2 || name != lib {
+						t.Errorf("rank %d: size %d, allreduce %d, library %s; want %d, %d, %s", rank, size, sum, name, n, n*(n-1)/2, lib)
+					}
+				}
+			})
+		}
+	}
+}
