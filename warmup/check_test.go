@@ -268,3 +268,23 @@ func TestLineMatcherSplitWrites(t *testing.T) {
 		t.Errorf("passed through %q", out.String())
 	}
 }
+
+// JAX with eviction on rewrites an 8-byte KEY-atime stamp per hit: that is
+// bookkeeping; a new -cache entry is not.
+func TestCheckJAXEvictionStamps(t *testing.T) {
+	p, _ := Lookup("jax")
+	ps := []*Preset{p}
+	dir := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(filepath.Join(dir, "jax"), 0o700)
+	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-cache"), []byte("entry"), 0o600)
+	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-atime"), []byte("12345678"), 0o600)
+	stamp := `sleep 0.01; printf 87654321 >"$JAX_COMPILATION_CACHE_DIR/jit_f-abc-atime"; : >"$JAX_COMPILATION_CACHE_DIR/.lockfile"`
+	res, out, err := check(t, dir, stamp, ps, "")
+	if err != nil || !res.Reused() || len(res.Ignored) != 2 {
+		t.Fatalf("err %v, written %v rewritten %v ignored %v\n%s", err, paths(res.Written), paths(res.Rewritten), paths(res.Ignored), out)
+	}
+	res, _, err = check(t, dir, stamp+`; echo new >"$JAX_COMPILATION_CACHE_DIR/jit_g-def-cache"`, ps, "")
+	if !errors.Is(err, ErrNotReused) || len(res.Written) != 1 {
+		t.Fatalf("err %v, written %v: a new entry must count", err, paths(res.Written))
+	}
+}

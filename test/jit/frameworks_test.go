@@ -120,6 +120,22 @@ func TestJAXPathInKey(t *testing.T) {
 	}
 }
 
+// TestJAXEviction: with eviction on (JAX_COMPILATION_CACHE_MAX_SIZE), JAX
+// rewrites an -atime stamp per hit; warm --check counts those as
+// bookkeeping and still proves reuse.
+func TestJAXEviction(t *testing.T) {
+	py := venvPython(t, "jax")
+	t.Setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "100000000")
+	_, _, out, stderr := warmArgs(t, "jax", []string{"--check"}, py, workload(t, "jax_kernels.py"))
+	res := jsonLines[jaxResult](t, out)
+	if len(res) != 2 || res[1].Hits != res[0].Requests || res[1].Misses != 0 {
+		t.Fatalf("results %+v", res)
+	}
+	if !strings.Contains(stderr, "kbundle: check: reused") || !strings.Contains(stderr, "bookkeeping files ignored") {
+		t.Errorf("warm --check:\n%s", stderr)
+	}
+}
+
 type inductorResult struct {
 	Rank      int     `json:"rank"`
 	Functions int     `json:"functions"`
