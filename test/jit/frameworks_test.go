@@ -156,6 +156,10 @@ type inductorResult struct {
 // point into it.
 func TestInductor(t *testing.T) {
 	py := venvPython(t, "torch")
+	// Inductor keeps its precompiled headers in
+	// $TMPDIR/torchinductor_$USER whatever TORCHINDUCTOR_CACHE_DIR says:
+	// keep them in the test's own directory, not the user's /tmp.
+	t.Setenv("TMPDIR", t.TempDir())
 	script := workload(t, "inductor_kernels.py")
 	bundlePath := filepath.Join(t.TempDir(), "inductor.kbundle")
 	_, cacheDir, out, stderr := warmArgs(t, "inductor", []string{"--check", "-o", bundlePath}, py, script)
