@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 )
 
@@ -37,7 +38,15 @@ func Adopt() error {
 			return
 		}
 		var provided, required, flag C.int
-		if err = mpiError("MPI_Query_thread", C.kb_adopt(&provided, &required, &flag)); err != nil {
+		rc := C.kb_adopt(&provided, &required, &flag)
+		if rc == C.KB_ERR_ABI {
+			rt := strings.ReplaceAll(C.GoString(C.kb_runtime_version()), "\x00", "")
+			rt, _, _ = strings.Cut(rt, "\n")
+			err = fmt.Errorf("mpi: adopt: this code was built for %s, but the process runs %s: %w",
+				familyName(BuildFamily()), strings.TrimSpace(rt), ErrABI)
+			return
+		}
+		if err = mpiError("MPI_Query_thread", rc); err != nil {
 			return
 		}
 		switch flag {
@@ -65,6 +74,21 @@ func Adopt() error {
 		state.Store(stateInit)
 	})
 	return err
+}
+
+// BuildFamily names the MPI library family the package was compiled
+// against: "openmpi" or "mpich" (MPICH and the MPIs sharing its ABI), or
+// "other". It makes no MPI call.
+func BuildFamily() string { return C.GoString(C.kb_build_family()) }
+
+func familyName(f string) string {
+	switch f {
+	case "openmpi":
+		return "Open MPI"
+	case "mpich":
+		return "MPICH (or an MPI of its ABI)"
+	}
+	return f
 }
 
 // threadLevel names an MPI thread support level.

@@ -13,3 +13,6 @@ func Adopt() error { return errNoMPI }
 
 // FromFortran fails: a build without MPI has no Fortran handles.
 func FromFortran(f int64) (*Comm, error) { return nil, errNoMPI }
+
+// BuildFamily is "none": this build has no MPI.
+func BuildFamily() string { return "none" }

@@ -23,8 +23,10 @@
 // A library loaded into a program that initialised MPI itself (Python with
 // mpi4py: cmd/libkbundle) calls Adopt instead of Init, which needs
 // MPI_THREAD_SERIALIZED or more since the calls come from the package's
-// own thread, never finalises, and FromFortran to use the program's
-// communicator (a duplicate of it) from its Fortran handle.
+// own thread, never finalises, and refuses (ErrABI) a process that runs
+// another MPI library than the one it was compiled for; and FromFortran
+// to use the program's communicator (a duplicate of it) from its Fortran
+// handle.
 //
 // The package must never call MPI from any other thread, never pass a
 // count above MaxCount to MPI (counts are C ints: larger ones fail or

@@ -246,15 +246,59 @@ int kb_library_version(char *buf, int buflen) {
 	return rc;
 }
 
+// kb_build_family names the MPI this code was compiled against.
+const char *kb_build_family(void) {
+#if defined(OPEN_MPI)
+	return "openmpi";
+#elif defined(MPICH_VERSION) || defined(MPICH)
+	return "mpich";
+#else
+	return "other";
+#endif
+}
+
+// kb_runtime_is_build reports whether the MPI library the process runs is
+// of the family this code was compiled for. A library loaded into a
+// program (Python) binds its MPI symbols to whichever libmpi the program
+// loaded first, which may be another MPI with another ABI (handles of
+// other types and values): then any call with a handle crashes. Only
+// MPI_Get_library_version is called, with a buffer larger than any MPI's
+// MPI_MAX_LIBRARY_VERSION_STRING (its signature is the same everywhere).
+static char runtime_version[16384];
+
+// kb_runtime_version is the version text kb_runtime_is_build read.
+const char *kb_runtime_version(void) { return runtime_version; }
+
+int kb_runtime_is_build(void) {
+	char *v = runtime_version;
+	int n = 0, ompi;
+	memset(v, 0, sizeof runtime_version);
+	if (MPI_Get_library_version(v, &n) != MPI_SUCCESS) {
+		return 0;
+	}
+	v[sizeof runtime_version - 1] = '\0';
+	ompi = strstr(v, "Open MPI") != NULL;
+#if defined(OPEN_MPI)
+	return ompi;
+#else
+	return !ompi; // MPICH and the MPIs of its ABI (Intel MPI, Cray MPICH, ...)
+#endif
+}
+
 // kb_adopt is kb_init for a library inside a program that initialised MPI
 // itself (Python with mpi4py): it does not initialise MPI nor change
 // MPI_COMM_WORLD's error handler. *flag says whether MPI is initialised
-// (1), not yet (0) or already finalised (2).
+// (1), not yet (0) or already finalised (2). It returns KB_ERR_ABI, having
+// made no other MPI call, when the process runs another MPI than the one
+// this code was compiled for.
 int kb_adopt(int *provided, int *required, int *flag) {
 	int init = 0, fin = 0, rc;
 	*required = MPI_THREAD_SERIALIZED;
 	*provided = MPI_THREAD_SINGLE;
 	*flag = 0;
+	if (!kb_runtime_is_build()) {
+		return KB_ERR_ABI;
+	}
 	rc = MPI_Finalized(&fin);
 	if (rc != MPI_SUCCESS) {
 		return rc;

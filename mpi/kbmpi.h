@@ -10,6 +10,9 @@
 #define KB_ERR_HANDLE (-1)
 // KB_ERR_NOMEM is returned when the communicator table cannot grow.
 #define KB_ERR_NOMEM (-2)
+// KB_ERR_ABI is returned by kb_adopt when the process runs another MPI
+// library than the one this code was compiled against.
+#define KB_ERR_ABI (-3)
 
 int kb_success(void);
 int kb_init(int *provided, int *required);
@@ -32,6 +35,9 @@ int kb_library_version(char *buf, int buflen);
 int kb_library_version_max(void);
 // Adopting an MPI initialised by the program (kbmpi.c, adopt_cgo.go).
 int kb_adopt(int *provided, int *required, int *flag);
+const char *kb_build_family(void);
+int kb_runtime_is_build(void);
+const char *kb_runtime_version(void);
 int kb_dup_f(int64_t f, int *newh);
 int kb_thread_single(void);
 int kb_thread_funneled(void);

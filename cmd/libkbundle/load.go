@@ -101,6 +101,8 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 		switch {
 		case errors.Is(err, mpi.ErrThreadLevel):
 			res.Hint = "hint: leave mpi4py.rc.thread_level at its default (\"multiple\") or set it to \"serialized\" before importing mpi4py.MPI"
+		case errors.Is(err, mpi.ErrABI):
+			res.Hint = "hint: use the libkbundle built with this MPI's mpicc (the Python package picks it from mpi4py's MPI unless KBUNDLE_LIBRARY says otherwise)"
 		case errors.Is(err, mpi.ErrNotInitialized):
 			res.Hint = "hint: import mpi4py.MPI (which initialises MPI) before calling load_bundle"
 		}

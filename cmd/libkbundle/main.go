@@ -11,12 +11,17 @@
 // kbundle_free:
 //
 //	char *kbundle_load(long long comm, const char *request);
-//	char *kbundle_mpi_library(void);
+//	char *kbundle_mpi_family(void);
 //	void  kbundle_free(char *s);
 //
 // kbundle_load is collective over the communicator whose Fortran handle
 // is comm (mpi4py: comm.py2f()); request and the result are JSON objects
-// (see request and result in load.go). It adopts the MPI the program
+// (see request and result in load.go). kbundle_mpi_family names the MPI
+// the library was built for ("openmpi" or "mpich"), making no MPI call:
+// the caller checks it against the program's MPI before kbundle_load,
+// since a library built for another MPI has its MPI calls bound to the
+// program's libmpi, whose ABI differs (kbundle_load refuses that case too,
+// before any call with a handle). kbundle_load adopts the MPI the program
 // initialised (it never initialises or finalises MPI; the program must
 // provide MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE), works on a
 // duplicate of the communicator, never exits the process and installs no
@@ -45,9 +50,9 @@ func kbundle_load(comm C.longlong, request *C.char) *C.char {
 	return C.CString(string(out))
 }
 
-//export kbundle_mpi_library
-func kbundle_mpi_library() *C.char {
-	return C.CString(mpi.LibraryVersion())
+//export kbundle_mpi_family
+func kbundle_mpi_family() *C.char {
+	return C.CString(mpi.BuildFamily())
 }
 
 //export kbundle_free

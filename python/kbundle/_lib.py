@@ -18,6 +18,9 @@ LIB_DIR = Path(__file__).resolve().parent / "lib"
 #: MPI_Get_library_version's text, and the library's name.
 FAMILIES = (("Open MPI", "openmpi"), ("MPICH", "mpich"))
 
+#: How kbundle_mpi_family's names read in messages.
+_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH (or an MPI of its ABI)"}
+
 _lock = threading.Lock()
 _loaded: Optional[ctypes.CDLL] = None
 _loaded_path = ""
@@ -48,8 +51,8 @@ def path_for(version: str) -> Path:
 
 def library(version: str) -> ctypes.CDLL:
     """Loads (once per process) the libkbundle for the MPI whose
-    MPI_Get_library_version text is version, and checks that it runs on
-    that same MPI library."""
+    MPI_Get_library_version text is version, and checks that it was built
+    for that MPI's ABI."""
     global _loaded, _loaded_path
     with _lock:
         if _loaded is not None:
@@ -68,27 +71,24 @@ def library(version: str) -> ctypes.CDLL:
             raise KbundleMPIError("mpi", f"{path}: cannot load: {e}", "") from e
         lib.kbundle_load.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
         lib.kbundle_load.restype = ctypes.c_void_p
-        lib.kbundle_mpi_library.argtypes = []
-        lib.kbundle_mpi_library.restype = ctypes.c_void_p
+        lib.kbundle_mpi_family.argtypes = []
+        lib.kbundle_mpi_family.restype = ctypes.c_void_p
         lib.kbundle_free.argtypes = [ctypes.c_void_p]
         lib.kbundle_free.restype = None
-        theirs = _norm(version)
-        ours = _norm(take_string(lib, lib.kbundle_mpi_library()))
-        if ours != theirs:
+        # The library's MPI calls bind to the libmpi mpi4py loaded: they
+        # must be of the same ABI family, or the first handle crashes.
+        built = take_string(lib, lib.kbundle_mpi_family())
+        ompi = "Open MPI" in version
+        if built not in ("openmpi", "mpich") or (built == "openmpi") != ompi:
+            first = " ".join(version.replace("\x00", " ").split()[:3]) or "an unknown MPI"
             raise KbundleMPIError(
                 "mpi",
-                f"{path} runs on {ours.splitlines()[0] if ours else '?'}, "
-                f"but mpi4py on {theirs.splitlines()[0] if theirs else '?'}",
-                "hint: use the libkbundle built with the mpicc of the MPI that mpi4py was built with",
+                f"{path} is built for {_NAMES.get(built, built)}, but mpi4py runs on {first}",
+                "hint: use the libkbundle built with the mpicc of the MPI that mpi4py was built with"
+                + (" (unset KBUNDLE_LIBRARY)" if os.environ.get("KBUNDLE_LIBRARY") else ""),
             )
         _loaded, _loaded_path = lib, str(path)
         return lib
-
-
-def _norm(version: str) -> str:
-    """A version text without NULs (mpi4py may keep the C string's) and
-    with its white space collapsed."""
-    return " ".join(version.replace("\x00", " ").split())
 
 
 def loaded_path() -> str:

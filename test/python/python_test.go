@@ -415,3 +415,60 @@ func TestTypes(t *testing.T) {
 	}
 	t.Logf("%s", strings.TrimSpace(so))
 }
+
+// TestWrongLibrary: a libkbundle built for another MPI than mpi4py's
+// (KBUNDLE_LIBRARY) is refused with both MPIs named, before any MPI call
+// (its MPI calls would bind to mpi4py's libmpi, of another ABI, and
+// crash); a missing one is named with the fix. The Go side refuses it
+// too, when called directly.
+func TestWrongLibrary(t *testing.T) {
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) { wrongLibrary(t, v) })
+	}
+}
+
+func wrongLibrary(t *testing.T, v testutil.Variant) {
+	py := python(t, v)
+	site := install(t, py)
+	other, built, runs := testutil.MPICH, "MPICH (or an MPI of its ABI)", "Open MPI"
+	if v == testutil.MPICH {
+		other, built, runs = testutil.OpenMPI, "Open MPI", "MPICH"
+	}
+	lib := filepath.Join(site, "kbundle", "lib", "libkbundle-"+string(other)+".so")
+	const prog = `import kbundle
+from mpi4py import MPI
+try:
+    kbundle.load_bundle(MPI.COMM_WORLD, bundle="/nonexistent.kbundle")
+except kbundle.KbundleMPIError as e:
+    print("raised:", e)
+`
+	for _, c := range []struct{ lib, want string }{
+		{lib, "libkbundle-" + string(other) + ".so is built for " + built + ", but mpi4py runs on " + runs},
+		{filepath.Join(site, "nonexistent.so"), "nonexistent.so: no such library"},
+	} {
+		so, se, code := testutil.RunMPI(t, v, 1, []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1", "KBUNDLE_LIBRARY=" + c.lib},
+			py, "-c", prog)
+		if code != 0 || !strings.Contains(so, "raised: kbundle: ") || !strings.Contains(so, c.want) {
+			t.Errorf("KBUNDLE_LIBRARY=%s: exit %d, want %q\nstdout:\n%s\nstderr:\n%s", c.lib, code, c.want, so, se)
+		}
+	}
+	// The C entry itself, past the Python check: no crash, an answer. Its
+	// MPI calls bind to mpi4py's libmpi when that was loaded globally
+	// (Open MPI: then the ABI check refuses), else to its own, second and
+	// uninitialised libmpi (MPICH: then adopting finds no MPI to adopt).
+	const direct = `import ctypes, sys
+from mpi4py import MPI
+lib = ctypes.CDLL(sys.argv[1])
+lib.kbundle_load.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
+lib.kbundle_load.restype = ctypes.c_char_p
+print(lib.kbundle_load(MPI.COMM_WORLD.py2f(), b'{"bundle": "/nonexistent.kbundle"}').decode())
+`
+	so, se, code := testutil.RunMPI(t, v, 1, nil, py, "-c", direct, lib)
+	want := `"kind":"mpi","reason":"mpi: adopt: this code was built for ` + built + `, but the process runs ` + runs
+	if v == testutil.MPICH {
+		want = `"kind":"mpi","reason":"mpi: adopt: `
+	}
+	if code != 0 || !strings.Contains(so, want) {
+		t.Errorf("kbundle_load of the %s build in a %s process: exit %d, want %s\nstdout:\n%s\nstderr:\n%s", other, v, code, want, so, se)
+	}
+}
