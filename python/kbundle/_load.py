@@ -6,9 +6,10 @@ import datetime
 import json
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
 
 from . import _lib
 from ._errors import (
@@ -118,15 +119,19 @@ def load_bundle(
     comm (an intracommunicator), with the same arguments.
 
     bundle: the bundle file (rank 0's is read); default
-    $KBUNDLE_CACHE_DIR/cache.kbundle. dest: the node-local directory;
-    default $KBUNDLE_LOCAL_DIR, else $TMPDIR/kbundle-USER-JOB (or
-    /tmp/...), as ``kbundle load``. preset: a preset name, a
-    comma-separated list or a sequence of names; default (None):
-    $KBUNDLE_PRESET, else the presets recorded in the bundle; []: none. timeout: seconds or a
-    timedelta; default $KBUNDLE_TIMEOUT, else 10 minutes; 0: none. When it
-    runs out (a node or link down) the job is ended with MPI_Abort. force:
-    replace a non-empty dest. jobs: unpacking workers per node; default
-    $KBUNDLE_JOBS, else 0 (all cores).
+    $KBUNDLE_CACHE_DIR/cache.kbundle.
+    dest: the node-local directory; default $KBUNDLE_LOCAL_DIR, else
+    $TMPDIR/kbundle-USER-JOB (or /tmp/...), as ``kbundle load``.
+    preset: a preset name, a comma-separated list or a sequence of names;
+    default (None): $KBUNDLE_PRESET, else the presets recorded in the
+    bundle; []: none.
+    timeout: seconds or a timedelta; default $KBUNDLE_TIMEOUT, else 10
+    minutes; 0: none. When it runs out (a node or link down, a rank that
+    did not call) the whole job is ended with MPI_Abort.
+    force: replace a non-empty dest.
+    strict: raise instead of warning when nothing was loaded.
+    jobs: unpacking workers per node; default $KBUNDLE_JOBS, else 0 (all
+    cores).
 
     On success the presets' variables are set in os.environ (before the
     framework reads them) and the result says what was loaded. When the
