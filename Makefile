@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build demo test bench deps clean
+.PHONY: all build install demo test bench deps clean
 
 all: build
 
@@ -16,6 +16,29 @@ build: deps
 	$(GO) build -o $(BIN)/kbundle ./cmd/kbundle
 	CC=mpicc.openmpi $(GO) build -tags mpi -o $(BIN)/kbundle-openmpi ./cmd/kbundle
 	CC=mpicc.mpich $(GO) build -tags mpi -o $(BIN)/kbundle-mpich ./cmd/kbundle
+
+# make install PREFIX=$HOME/.local [MPICC=mpicc]: bin/kbundle, its man page
+# and bash/zsh completion (generated from the command definitions) under
+# PREFIX (default /usr/local; DESTDIR for packaging). With MPICC (e.g. the
+# mpicc of `module load openmpi`) kbundle is built with MPI; without it, it
+# loads as a job of one rank. Needs only Go, not `make deps`.
+PREFIX ?= /usr/local
+MPICC ?=
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-ldflags "-X main.buildVersion=$(VERSION)")
+install:
+ifeq ($(MPICC),)
+	$(GO) build $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
+else
+	CC=$(MPICC) $(GO) build -tags mpi $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
+endif
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+	install -m 0755 $(BIN)/kbundle-install $(DESTDIR)$(PREFIX)/bin/kbundle
+	$(BIN)/kbundle-install man > $(DESTDIR)$(PREFIX)/share/man/man1/kbundle.1
+	$(BIN)/kbundle-install completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/kbundle
+	$(BIN)/kbundle-install completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_kbundle
+	rm -f $(BIN)/kbundle-install
 
 # The main job on a built-in sample cache: generate, pack, verify, extract,
 # then load it under mpirun with 4 ranks.

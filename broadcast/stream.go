@@ -1,12 +1,13 @@
 package broadcast
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/readahead"
 )
 
 // A Sink receives a streamed bundle on one rank: Begin gets the prelude
@@ -115,66 +116,23 @@ func write(sink Sink, p []byte, local *error) {
 	}
 }
 
-// sendBody is rank 0's part: one goroutine reads chunk k+1 while chunk k
-// is broadcast. A read error is remembered in local and the rest is sent
-// as zeros: the broadcast must complete on every rank, and the receivers'
+// sendBody is rank 0's part: chunk k+1 is read while chunk k is
+// broadcast. A read error is remembered in local and the rest is sent as
+// zeros: the broadcast must complete on every rank, and the receivers'
 // digest checks fail.
 func sendBody(comm Comm, src *bundle.Reader, n, chunk int64, sink Sink, st *Stats, local *error) error {
-	type piece struct {
-		b   []byte
-		err error
-		d   time.Duration
-	}
-	full := make(chan piece, 1)
-	free := make(chan []byte, 2)
-	free <- make([]byte, min(chunk, n))
-	free <- make([]byte, min(chunk, n))
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		defer close(full)
-		rd := io.NewSectionReader(src.ReaderAt(), src.BodyStart(), n)
-		failed := false
-		for off := int64(0); off < n; {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-stop:
-				return
-			}
-			b = b[:min(chunk, n-off)]
-			t := time.Now()
-			var err error
-			if !failed {
-				_, err = io.ReadFull(rd, b)
-			}
-			if failed || err != nil {
-				clear(b)
-				failed = true
-			}
-			select {
-			case full <- piece{b, err, time.Since(t)}:
-			case <-stop:
-				return
-			}
-			off += int64(len(b))
+	return readahead.Each(context.Background(), src.ReaderAt(), src.BodyStart(), n, chunk, func(p readahead.Piece) error {
+		st.Read += p.Took
+		if p.Err != nil && *local == nil {
+			*local = fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, p.Off, p.Err)
 		}
-	}()
-	var off int64
-	for p := range full {
-		st.Read += p.d
-		if p.err != nil && *local == nil {
-			*local = fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, src.BodyStart()+off, p.err)
-		}
-		if err := comm.Bcast(p.b, 0); err != nil {
-			return commErr(fmt.Sprintf("bundle broadcast at byte %d", off), err)
+		if err := comm.Bcast(p.P, 0); err != nil {
+			return commErr(fmt.Sprintf("bundle broadcast at byte %d", p.Off), err)
 		}
 		st.Chunks++
-		write(sink, p.b, local)
-		off += int64(len(p.b))
-		free <- p.b[:cap(p.b)]
-	}
-	return nil
+		write(sink, p.P, local)
+		return nil
+	})
 }
 
 // receiveBody is every other rank's part.
@@ -195,7 +153,6 @@ func receiveBody(comm Comm, n, chunk int64, sink Sink, st *Stats, local *error) 
 type memorySink struct {
 	b    []byte
 	n    int64 // bytes of the body so far
-	pre  int   // header length
 	tail []byte
 }
 

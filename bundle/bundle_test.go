@@ -15,6 +15,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 )
 
 // fixedHost keeps test bundles independent of the machine.
@@ -27,18 +29,9 @@ func makeTree(t testing.TB, seed int64, nfiles int) string {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewSource(seed))
 	exts := []string{".ptx", ".cubin", ".json", ".llir", ".so", ""}
+	spec := tree.Spec{}
 	mk := func(rel string, data []byte, mode fs.FileMode) {
-		p := filepath.Join(dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, mode); err != nil {
-			t.Fatal(err)
-		}
-		mt := time.Unix(1700000000+rng.Int63n(1e6), rng.Int63n(1e9))
-		if err := os.Chtimes(p, mt, mt); err != nil {
-			t.Fatal(err)
-		}
+		spec[rel] = tree.File{Data: string(data), Mode: mode, MTime: time.Unix(1700000000+rng.Int63n(1e6), rng.Int63n(1e9))}
 	}
 	shared := []byte(strings.Repeat("shared kernel body\n", 100))
 	for i := 0; i < nfiles; i++ {
@@ -64,9 +57,8 @@ func makeTree(t testing.TB, seed int64, nfiles int) string {
 	mk("big/copy-of-blob.bin", big, 0o644)
 	mk("deep/a/b/c/d/e/f/g/h/ünïcödé κ.json", []byte(`{"k":1}`), 0o444)
 	mk("exec/run.so", []byte("\x7fELF..."), 0o755)
-	if err := os.MkdirAll(filepath.Join(dir, "empty/dir"), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	spec["empty/dir"] = tree.File{Dir: true, Mode: 0o750}
+	tree.Write(t, dir, spec)
 	return dir
 }
 
@@ -90,51 +82,10 @@ func pack(t testing.TB, dir string, opt *PackOptions) (string, *PackResult) {
 }
 
 // sameTree compares two directory trees: names, kinds, modes, contents and
-// nanosecond mtimes.
+// nanosecond mtimes (tree.Same, the one definition every package uses).
 func sameTree(t testing.TB, a, b string) {
 	t.Helper()
-	type info struct {
-		mode  fs.FileMode
-		mtime time.Time
-		data  string
-	}
-	read := func(root string) map[string]info {
-		m := map[string]info{}
-		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p == root {
-				return nil
-			}
-			rel, _ := filepath.Rel(root, p)
-			fi, _ := d.Info()
-			in := info{mode: fi.Mode(), mtime: fi.ModTime()}
-			if fi.Mode().IsRegular() {
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				in.data = string(b)
-			}
-			m[rel] = in
-			return nil
-		})
-		return m
-	}
-	ma, mb := read(a), read(b)
-	if len(ma) != len(mb) {
-		t.Fatalf("trees differ: %d vs %d entries", len(ma), len(mb))
-	}
-	for k, va := range ma {
-		vb, ok := mb[k]
-		if !ok {
-			t.Fatalf("%s missing", k)
-		}
-		if va.mode != vb.mode || !va.mtime.Equal(vb.mtime) || va.data != vb.data {
-			t.Fatalf("%s differs: %v %v vs %v %v (data equal %v)", k, va.mode, va.mtime, vb.mode, vb.mtime, va.data == vb.data)
-		}
-	}
+	tree.Same(t, a, b, tree.Options{Mtimes: true})
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -231,7 +182,7 @@ func TestDedupStoresOnce(t *testing.T) {
 func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	src := t.TempDir()
 	os.WriteFile(filepath.Join(src, "a.ptx"), []byte("a"), 0o644)
-	os.Symlink("a.ptx", filepath.Join(src, "link"))        // inside: stored as a copy
+	os.Symlink("a.ptx", filepath.Join(src, "link"))         // inside: stored as a copy
 	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
 	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
 	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
@@ -285,8 +236,7 @@ func TestMetadata(t *testing.T) {
 	if m[MetaOrigin] != src || m[MetaPreset] != "numba" || m[MetaContentTime] != "2009-02-13T23:31:30.123456789Z" || !strings.HasPrefix(m[MetaCreator], "kbundle ") {
 		t.Fatalf("meta = %v", m)
 	}
-	t.Setenv("SOURCE_DATE_EPOCH", "42")
-	out, _ = pack(t, src, nil)
+	out, _ = pack(t, src, &PackOptions{ContentTime: time.Unix(42, 0)})
 	rc2, _ := Open(out, nil)
 	defer rc2.Close()
 	if got := rc2.Meta()[MetaContentTime]; got != "1970-01-01T00:00:42Z" {

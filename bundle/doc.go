@@ -3,7 +3,9 @@
 // segments and checked with xxh3-128 digests. docs/FORMAT.md is the
 // specification.
 //
-// The package knows bytes and files only. It never talks to MPI, never
+// The package knows bytes and files only: it reads no environment variable
+// and probes no host (the caller passes the host description and the
+// content time in PackOptions). It never talks to MPI, never
 // trusts a length or a name read from a bundle before checking it against a
 // named limit, never follows a symlink while extracting, and never leaves a
 // partial output file or half-extracted directory behind.

@@ -64,12 +64,25 @@ func hasherDigest(h *xxh3.Hasher) Digest { return Digest(h.Sum128().Bytes()) }
 
 var emptyDigest = sum(nil)
 
-// Metadata keys written by kbundle. Host keys come from internal/hostinfo.
+// Metadata keys written by kbundle (docs/FORMAT.md, "Metadata").
 const (
-	MetaOrigin      = "origin"
-	MetaContentTime = "content_time"
-	MetaCreator     = "creator"
-	MetaPreset      = "preset"
+	MetaOrigin      = "origin"       // absolute path of the packed directory
+	MetaContentTime = "content_time" // newest mtime in the tree, or SOURCE_DATE_EPOCH
+	MetaCreator     = "creator"      // "kbundle VERSION"
+	MetaPreset      = "preset"       // comma-separated presets of the warm-up
+)
+
+// Metadata keys describing the warm-up machine (docs/FORMAT.md); a loader
+// compares them with the machine it loads on. All are optional.
+const (
+	MetaHostOS     = "host.os"         // runtime.GOOS
+	MetaHostArch   = "host.arch"       // runtime.GOARCH
+	MetaHostKernel = "host.kernel"     // kernel release
+	MetaCPUModel   = "host.cpu_model"  // CPU model name
+	MetaCPUFlags   = "host.cpu_flags"  // sorted CPU feature flags
+	MetaGPUModel   = "gpu.model"       // first GPU's name (nvidia-smi)
+	MetaGPUCompute = "gpu.compute_cap" // its compute capability
+	MetaGPUDriver  = "gpu.driver"      // its driver version
 )
 
 // Entry describes one directory or regular file of a bundle.
@@ -179,7 +192,7 @@ func appendIndex(b []byte, ix *index) []byte {
 	return b
 }
 
-// decoder reads little-endian fields with sticky bounds errors.
+// idxDecoder reads little-endian fields with sticky bounds errors.
 type idxDecoder struct {
 	b   []byte
 	err error

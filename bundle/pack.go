@@ -11,11 +11,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kbundle/kbundle/internal/hostinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,9 +25,13 @@ type PackOptions struct {
 	Exclude     []string // path.Match globs, matched against the relative path and the base name
 	Preset      string   // recorded as metadata "preset" when set
 	Meta        map[string]string
-	// Host describes the warm-up machine; nil means this machine
-	// (internal/hostinfo).
+	// Host describes the warm-up machine (host.* and gpu.* metadata, see
+	// docs/FORMAT.md); the caller collects it, nil records none.
 	Host map[string]string
+	// ContentTime is recorded as metadata "content_time"; zero means the
+	// newest mtime in the tree (never the wall clock: packing is
+	// reproducible). The CLI sets it from SOURCE_DATE_EPOCH.
+	ContentTime time.Time
 	// Progress, when set, is called with bytes of content read so far.
 	Progress func(done, total int64)
 }
@@ -463,23 +465,15 @@ func Creator() string {
 
 func packMeta(dir string, newest time.Time, opt *PackOptions) (map[string]string, error) {
 	meta := map[string]string{}
-	host := opt.Host
-	if host == nil {
-		host = hostinfo.Collect()
-	}
-	for k, v := range host {
+	for k, v := range opt.Host {
 		meta[k] = v
 	}
 	for k, v := range opt.Meta {
 		meta[k] = v
 	}
 	ct := newest
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s)
-		}
-		ct = time.Unix(n, 0)
+	if !opt.ContentTime.IsZero() {
+		ct = opt.ContentTime
 	}
 	if ct.IsZero() {
 		ct = time.Unix(0, 0)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/kbundle/kbundle/internal/readahead"
 )
 
 // A Reader reads a bundle from an io.ReaderAt. It is safe for concurrent
@@ -231,66 +233,36 @@ func (r *Reader) RawSize() int64 {
 	return n
 }
 
-// Segments is the number of compressed segments; SegmentSize their raw size.
-func (r *Reader) Segments() int        { return len(r.ix.packed) }
-func (r *Reader) SegmentSize() int64   { return r.ix.segSize }
-func (r *Reader) FileDigest() Digest   { return r.fileDig }
+// Segments is the number of compressed segments.
+func (r *Reader) Segments() int { return len(r.ix.packed) }
+
+// SegmentSize is the raw size of every segment but the last.
+func (r *Reader) SegmentSize() int64 { return r.ix.segSize }
+
+// FileDigest is the whole-file digest the trailer records.
+func (r *Reader) FileDigest() Digest { return r.fileDig }
+
 func (r *Reader) entry(i int) *Entry   { return &r.ix.entries[i] }
 func (r *Reader) segRaw(i int) int64   { return min(r.ix.segSize, r.ix.dataLen-int64(i)*r.ix.segSize) }
 func (r *Reader) errorf(e error) error { return inFile(e, r.name) }
 
 // verifyFileDigest recomputes the digest of the whole file and compares it
 // with the trailer's, reporting the bytes read to progress (may be nil).
-// Reading and hashing overlap: one goroutine reads the next buffer while
-// the caller hashes the previous one.
+// Reading and hashing overlap (readahead).
 func (r *Reader) verifyFileDigest(ctx context.Context, progress func(n int64)) error {
-	const bufSize = 4 << 20
-	type piece struct {
-		b   []byte
-		err error
-	}
-	n := r.size - 16
-	full := make(chan piece, 1)
-	free := make(chan []byte, 2)
-	free <- make([]byte, bufSize)
-	free <- make([]byte, bufSize)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		defer close(full)
-		for off := int64(0); off < n; {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-stop:
-				return
-			}
-			k := min(int64(len(b)), n-off)
-			_, err := r.r.ReadAt(b[:k], off)
-			select {
-			case full <- piece{b[:k], err}:
-			case <-stop:
-				return
-			}
-			if err != nil {
-				return
-			}
-			off += k
-		}
-	}()
 	h := newHasher()
-	for p := range full {
-		if p.err != nil {
-			return r.errorf(p.err)
+	err := readahead.Each(ctx, r.r, 0, r.size-16, 4<<20, func(p readahead.Piece) error {
+		if p.Err != nil {
+			return r.errorf(p.Err)
 		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h.Write(p.b)
+		h.Write(p.P)
 		if progress != nil {
-			progress(int64(len(p.b)))
+			progress(int64(len(p.P)))
 		}
-		free <- p.b[:cap(p.b)]
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if hasherDigest(h) != r.fileDig {
 		return r.errorf(errf(ErrChecksum, "whole-file digest does not match (damaged in storage or transfer)"))

@@ -64,7 +64,6 @@ func TestRemoveTreeRace(t *testing.T) {
 	}
 }
 
-
 // TestRemoveTreeDeepReadOnly is review finding B6: a tree whose absolute
 // paths are longer than PATH_MAX, with read-only directories, is removed
 // (path-based chmod failed with ENAMETOOLONG and left it behind).

@@ -1,7 +1,9 @@
 // Package detect decides, from the environment alone and before anything
 // collective happens, whether this process is one of several MPI tasks,
 // which launcher started it, its rank, size, local rank, local size and
-// node, and which cache mode to use.
+// node. The cache mode (KBUNDLE_MODE, see Mode) is a separate question,
+// asked only by the code that acts on it: a bad mode never changes the
+// launcher facts.
 //
 // Detect is a pure function of an environment lookup: it never reads the
 // process environment itself (FromEnviron does), never initialises MPI,
@@ -22,45 +24,10 @@ import (
 	"github.com/kbundle/kbundle/launcher"
 )
 
-// Family names the launcher family that started the process.
-type Family = launcher.Family
-
-// Launcher families, as reported in Result.Launcher.
-const (
-	None     = launcher.None
-	OpenMPI  = launcher.OpenMPI
-	MPICH    = launcher.MPICH
-	IntelMPI = launcher.IntelMPI
-	MVAPICH2 = launcher.MVAPICH2
-	PALS     = launcher.PALS
-	ALPS     = launcher.ALPS
-	Slurm    = launcher.Slurm
-	Flux     = launcher.Flux
-)
-
-// Mode is how kbundle uses the compiled-kernel cache.
-type Mode string
-
-// The cache modes.
-const (
-	ModeWrite  Mode = "write"  // look entries up and store new ones
-	ModeRead   Mode = "read"   // look entries up, never store
-	ModeBundle Mode = "bundle" // use only what the bundle holds
-	ModeOff    Mode = "off"    // do not touch the cache
-)
-
-// Modes lists the valid modes, in the order error messages give them.
-var Modes = []Mode{ModeWrite, ModeRead, ModeBundle, ModeOff}
-
-// ModeEnv is the variable that overrides the default mode.
-const ModeEnv = "KBUNDLE_MODE"
-
 // Unknown is the value of a Result field the environment does not give.
 const Unknown = -1
 
 var (
-	// ErrInvalidMode reports a KBUNDLE_MODE value that is not a Mode.
-	ErrInvalidMode = errors.New("invalid cache mode")
 	// ErrInconsistent reports launcher variables that cannot be parsed
 	// or contradict each other (rank >= size, negative, non-numeric…).
 	ErrInconsistent = errors.New("inconsistent launcher variables")
@@ -69,35 +36,14 @@ var (
 // Result is the decision. Fields the environment does not give are
 // Unknown (-1). When MPI is false, Rank is 0 and Size is 1.
 type Result struct {
-	Launcher  Family `json:"launcher"`
-	MPI       bool   `json:"mpi"` // one of two or more tasks
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"` // Unknown only under MPI, for launchers that do not export it
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	Node      int    `json:"node"`
-	Mode      Mode   `json:"mode"`
-	Reason    string `json:"reason"` // one line, for humans
-}
-
-// MayStore reports whether this process may store new cache entries: in
-// write mode only, and under MPI only on rank 0.
-func (r Result) MayStore() bool {
-	return r.Mode == ModeWrite && (!r.MPI || r.Rank == 0)
-}
-
-// ParseMode parses a mode name; the error lists the valid ones.
-func ParseMode(s string) (Mode, error) {
-	for _, m := range Modes {
-		if s == string(m) {
-			return m, nil
-		}
-	}
-	names := make([]string, len(Modes))
-	for i, m := range Modes {
-		names[i] = string(m)
-	}
-	return "", fmt.Errorf("%w %q: want one of %s", ErrInvalidMode, s, strings.Join(names, ", "))
+	Launcher  launcher.Family `json:"launcher"`
+	MPI       bool            `json:"mpi"` // one of two or more tasks
+	Rank      int             `json:"rank"`
+	Size      int             `json:"size"` // Unknown only under MPI, for launchers that do not export it
+	LocalRank int             `json:"local_rank"`
+	LocalSize int             `json:"local_size"`
+	Node      int             `json:"node"`
+	Reason    string          `json:"reason"` // one line, for humans
 }
 
 // FromEnviron runs Detect on the process environment.
@@ -171,45 +117,17 @@ func present(e env, l launcher.Launcher) bool {
 //     a bare allocation (SLURM_JOB_ID alone) are not tasks;
 //   - one task is not MPI;
 //   - values are parsed strictly and checked (0 <= rank < size, 0 <=
-//     local rank < local size <= size); a violation is ErrInconsistent;
-//   - the mode is bundle under MPI, write otherwise, unless KBUNDLE_MODE
-//     says otherwise (an invalid value is ErrInvalidMode).
+//     local rank < local size <= size); a violation is ErrInconsistent.
+//
+// Detect reads launcher variables only; KBUNDLE_MODE is ModeFromEnv's.
 func Detect(lookup func(string) (string, bool)) (Result, error) {
 	e := env(lookup)
-	var (
-		override Mode
-		err      error
-	)
-	if v, ok := e.get(ModeEnv); ok && v != "" {
-		if override, err = ParseMode(v); err != nil {
-			return Result{}, fmt.Errorf("%s: %w", ModeEnv, err)
-		}
-	}
-	r, err := decide(e)
-	if err != nil {
-		return Result{}, err
-	}
-	r.Mode = ModeWrite
-	if r.MPI {
-		r.Mode = ModeBundle
-	}
-	if override != "" {
-		if override != r.Mode {
-			r.Reason += fmt.Sprintf("; %s=%s overrides the default %s", ModeEnv, override, r.Mode)
-		}
-		r.Mode = override
-	}
-	return r, nil
-}
-
-// decide finds the launcher and fills everything but Mode.
-func decide(e env) (Result, error) {
 	var batchStep string
 	for i, l := range launcher.Table {
 		if !present(e, l) {
 			continue
 		}
-		if l.Family == Slurm {
+		if l.Family == launcher.Slurm {
 			v, _ := e.get("SLURM_STEP_ID")
 			id, err := launcher.ParseInt(v)
 			if err != nil {
@@ -217,7 +135,7 @@ func decide(e env) (Result, error) {
 			}
 			if !launcher.SlurmStepIsTaskStep(id) {
 				batchStep = fmt.Sprintf("Slurm batch step (SLURM_STEP_ID=%s): the batch script itself, not a task", v)
-				if id != -5 && id != launcher.SlurmBatchScript {
+				if id != launcher.SlurmBatchStep && id != launcher.SlurmBatchScript {
 					batchStep = fmt.Sprintf("Slurm special step (SLURM_STEP_ID=%s), not an srun step: not a task", v)
 				}
 				continue
@@ -232,7 +150,7 @@ func decide(e env) (Result, error) {
 		}
 		return r, nil
 	}
-	r := Result{Launcher: None, Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Node: Unknown}
+	r := Result{Launcher: launcher.None, Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Node: Unknown}
 	switch {
 	case batchStep != "":
 		r.Reason = batchStep
@@ -271,13 +189,13 @@ func outerLaunchers(e env, rest []launcher.Launcher, winner launcher.Launcher) [
 		if !present(e, l) {
 			continue
 		}
-		if l.Family == PALS && (winner.Family == Slurm || winner.Family == Flux) {
+		if l.Family == launcher.PALS && (winner.Family == launcher.Slurm || winner.Family == launcher.Flux) {
 			continue // checked by checkPALS: they belong to the task
 		}
 		if explains(winner, e, l) {
 			continue // e.g. Intel MPI's Hydra variables are MPICH's markers
 		}
-		if l.Family == Slurm {
+		if l.Family == launcher.Slurm {
 			v, _ := e.get("SLURM_STEP_ID")
 			if id, err := launcher.ParseInt(v); err != nil || !launcher.SlurmStepIsTaskStep(id) {
 				continue
@@ -349,7 +267,7 @@ func fromLauncher(e env, l launcher.Launcher) (Result, error) {
 	if r.LocalRank != Unknown && r.Size != Unknown && r.LocalRank >= r.Size {
 		return Result{}, inconsistent("%s=%d is not below %s=%d", lrVar, r.LocalRank, sizeVar, r.Size)
 	}
-	if l.Family == Slurm || l.Family == Flux {
+	if l.Family == launcher.Slurm || l.Family == launcher.Flux {
 		if err := checkPALS(e, rankVar, r.Rank); err != nil {
 			return Result{}, err
 		}

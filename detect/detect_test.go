@@ -9,28 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kbundle/kbundle/internal/testutil"
 	"github.com/kbundle/kbundle/launcher"
 )
 
-// readEnv reads a fixture: KEY=VALUE lines; blank lines and lines
-// starting with '#' (our own fixtures' citations) are skipped.
+// readEnv reads a fixture (testutil.ReadEnvFixture) or fails t.
 func readEnv(t *testing.T, path string) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(path)
+	env, err := testutil.ReadEnvFixture(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	env := map[string]string{}
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimRight(line, "\n")
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			t.Fatalf("%s: line %q is not KEY=VALUE", path, line)
-		}
-		env[k] = v
 	}
 	return env
 }
@@ -99,7 +87,7 @@ func checkFixtures(t *testing.T, dir string) {
 				"local_rank": strconv.Itoa(r.LocalRank),
 				"local_size": strconv.Itoa(r.LocalSize),
 				"node":       strconv.Itoa(r.Node),
-				"mode":       string(r.Mode),
+				"mode":       string(DefaultMode(r)),
 			}
 			for col, want := range row {
 				if col == "case" || col == "file" {
@@ -164,7 +152,7 @@ func TestDetectRules(t *testing.T) {
 	tests := []struct {
 		name     string
 		env      []string
-		launcher Family
+		launcher launcher.Family
 		mpi      bool
 		rank     int
 		size     int
@@ -172,25 +160,25 @@ func TestDetectRules(t *testing.T) {
 		err      error  // wanted sentinel
 		errVar   string // the error must name this variable
 	}{
-		{name: "empty", env: nil, launcher: None, size: 1, mode: ModeWrite},
-		{name: "one task is not MPI", env: ompi("0", "1"), launcher: OpenMPI, size: 1, mode: ModeWrite},
-		{name: "open mpi", env: ompi("2", "4"), launcher: OpenMPI, mpi: true, rank: 2, size: 4, mode: ModeBundle},
-		{name: "slurm step", env: step, launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
-		{name: "job id alone", env: []string{"SLURM_JOB_ID=9", "SLURM_PROCID=0", "SLURM_NTASKS=8"}, launcher: None, size: 1, mode: ModeWrite},
-		{name: "step id -5", env: []string{"SLURM_JOB_ID=9", "SLURM_STEP_ID=-5", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
-		{name: "extern step -4", env: []string{"SLURM_STEP_ID=-4", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
-		{name: "step without num tasks", env: []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0"}, launcher: None, size: 1, mode: ModeWrite},
-		{name: "open mpi beats slurm step", env: append(ompi("1", "2"), step...), launcher: OpenMPI, mpi: true, rank: 1, size: 2, mode: ModeBundle},
-		{name: "srun pmix open mpi", env: append([]string{"PMIX_RANK=3", "PMIX_NAMESPACE=slurm.pmix.9.0"}, step...), launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
-		{name: "cray_shasta", env: append([]string{"PALS_RANKID=3", "PALS_APID=9.0", "PALS_NODEID=1"}, step...), launcher: Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
-		{name: "mode override read", env: ompi("1", "4", "KBUNDLE_MODE=read"), launcher: OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeRead},
-		{name: "mode override write under MPI", env: ompi("1", "4", "KBUNDLE_MODE=write"), launcher: OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeWrite},
-		{name: "mode override off", env: []string{"KBUNDLE_MODE=off"}, launcher: None, size: 1, mode: ModeOff},
-		{name: "empty mode is unset", env: []string{"KBUNDLE_MODE="}, launcher: None, size: 1, mode: ModeWrite},
+		{name: "empty", env: nil, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "one task is not MPI", env: ompi("0", "1"), launcher: launcher.OpenMPI, size: 1, mode: ModeWrite},
+		{name: "open mpi", env: ompi("2", "4"), launcher: launcher.OpenMPI, mpi: true, rank: 2, size: 4, mode: ModeBundle},
+		{name: "slurm step", env: step, launcher: launcher.Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "job id alone", env: []string{"SLURM_JOB_ID=9", "SLURM_PROCID=0", "SLURM_NTASKS=8"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "step id -5", env: []string{"SLURM_JOB_ID=9", "SLURM_STEP_ID=-5", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "extern step -4", env: []string{"SLURM_STEP_ID=-4", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "step without num tasks", env: []string{"SLURM_STEP_ID=0", "SLURM_PROCID=0"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "open mpi beats slurm step", env: append(ompi("1", "2"), step...), launcher: launcher.OpenMPI, mpi: true, rank: 1, size: 2, mode: ModeBundle},
+		{name: "srun pmix open mpi", env: append([]string{"PMIX_RANK=3", "PMIX_NAMESPACE=slurm.pmix.9.0"}, step...), launcher: launcher.Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "cray_shasta", env: append([]string{"PALS_RANKID=3", "PALS_APID=9.0", "PALS_NODEID=1"}, step...), launcher: launcher.Slurm, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "mode override read", env: ompi("1", "4", "KBUNDLE_MODE=read"), launcher: launcher.OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeRead},
+		{name: "mode override write under MPI", env: ompi("1", "4", "KBUNDLE_MODE=write"), launcher: launcher.OpenMPI, mpi: true, rank: 1, size: 4, mode: ModeWrite},
+		{name: "mode override off", env: []string{"KBUNDLE_MODE=off"}, launcher: launcher.None, size: 1, mode: ModeOff},
+		{name: "empty mode is unset", env: []string{"KBUNDLE_MODE="}, launcher: launcher.None, size: 1, mode: ModeWrite},
 
 		{name: "invalid mode", env: []string{"KBUNDLE_MODE=fast"}, err: ErrInvalidMode, errVar: "KBUNDLE_MODE"},
 		{name: "mode is case sensitive", env: []string{"KBUNDLE_MODE=Write"}, err: ErrInvalidMode, errVar: "KBUNDLE_MODE"},
-		{name: "invalid mode beats inconsistent", env: ompi("4", "4", "KBUNDLE_MODE=x"), err: ErrInvalidMode},
+		{name: "inconsistent beats invalid mode", env: ompi("4", "4", "KBUNDLE_MODE=x"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
 		{name: "rank equals size", env: ompi("4", "4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
 		{name: "negative rank", env: ompi("-1", "4"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_RANK"},
 		{name: "non-numeric size", env: ompi("0", "four"), err: ErrInconsistent, errVar: "OMPI_COMM_WORLD_SIZE"},
@@ -220,6 +208,10 @@ func TestDetectRules(t *testing.T) {
 				m[k] = v
 			}
 			r, err := Detect(mapLookup(m))
+			mode := Mode("")
+			if err == nil {
+				mode, err = ModeFromEnv(mapLookup(m), r)
+			}
 			if tt.err != nil {
 				if !errors.Is(err, tt.err) {
 					t.Fatalf("err = %v, want %v", err, tt.err)
@@ -239,9 +231,9 @@ func TestDetectRules(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Detect: %v", err)
 			}
-			if r.Launcher != tt.launcher || r.MPI != tt.mpi || r.Rank != tt.rank || r.Size != tt.size || r.Mode != tt.mode {
+			if r.Launcher != tt.launcher || r.MPI != tt.mpi || r.Rank != tt.rank || r.Size != tt.size || mode != tt.mode {
 				t.Errorf("got %s mpi=%v rank %d of %d mode %s, want %s mpi=%v rank %d of %d mode %s (reason: %s)",
-					r.Launcher, r.MPI, r.Rank, r.Size, r.Mode, tt.launcher, tt.mpi, tt.rank, tt.size, tt.mode, r.Reason)
+					r.Launcher, r.MPI, r.Rank, r.Size, mode, tt.launcher, tt.mpi, tt.rank, tt.size, tt.mode, r.Reason)
 			}
 		})
 	}
@@ -249,7 +241,7 @@ func TestDetectRules(t *testing.T) {
 
 func TestDetectNilLookup(t *testing.T) {
 	r, err := Detect(nil)
-	if err != nil || r.Launcher != None || r.MPI || r.Mode != ModeWrite {
+	if m, merr := ModeFromEnv(nil, r); err != nil || merr != nil || r.Launcher != launcher.None || r.MPI || m != ModeWrite {
 		t.Fatalf("Detect(nil) = %+v, %v", r, err)
 	}
 }
@@ -282,25 +274,26 @@ func TestParseMode(t *testing.T) {
 func TestMayStore(t *testing.T) {
 	tests := []struct {
 		name string
+		m    Mode
 		r    Result
 		want bool
 	}{
-		{"workstation write", Result{Mode: ModeWrite, Size: 1}, true},
-		{"mpi rank 0 write", Result{Mode: ModeWrite, MPI: true, Rank: 0, Size: 4}, true},
-		{"mpi rank 1 write", Result{Mode: ModeWrite, MPI: true, Rank: 1, Size: 4}, false},
-		{"read", Result{Mode: ModeRead, Size: 1}, false},
-		{"bundle", Result{Mode: ModeBundle, MPI: true, Size: 4}, false},
-		{"off", Result{Mode: ModeOff, Size: 1}, false},
+		{"workstation write", ModeWrite, Result{Size: 1}, true},
+		{"mpi rank 0 write", ModeWrite, Result{MPI: true, Rank: 0, Size: 4}, true},
+		{"mpi rank 1 write", ModeWrite, Result{MPI: true, Rank: 1, Size: 4}, false},
+		{"read", ModeRead, Result{Size: 1}, false},
+		{"bundle", ModeBundle, Result{MPI: true, Size: 4}, false},
+		{"off", ModeOff, Result{Size: 1}, false},
 	}
 	for _, tt := range tests {
-		if got := tt.r.MayStore(); got != tt.want {
+		if got := tt.m.MayStore(tt.r); got != tt.want {
 			t.Errorf("%s: MayStore() = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
 
 func TestCheckComm(t *testing.T) {
-	slurm4 := Result{Launcher: Slurm, MPI: true, Rank: 2, Size: 4}
+	slurm4 := Result{Launcher: launcher.Slurm, MPI: true, Rank: 2, Size: 4}
 	tests := []struct {
 		name       string
 		r          Result
@@ -309,10 +302,10 @@ func TestCheckComm(t *testing.T) {
 		mention    string
 	}{
 		{"agree", slurm4, 2, 4, false, ""},
-		{"agree not mpi", Result{Launcher: None, Rank: 0, Size: 1}, 0, 1, false, ""},
-		{"unknown size agrees on rank", Result{Launcher: MPICH, MPI: true, Rank: 1, Size: Unknown}, 1, 2, false, ""},
+		{"agree not mpi", Result{Launcher: launcher.None, Rank: 0, Size: 1}, 0, 1, false, ""},
+		{"unknown size agrees on rank", Result{Launcher: launcher.MPICH, MPI: true, Rank: 1, Size: Unknown}, 1, 2, false, ""},
 		{"srun pmix mpich singleton", slurm4, 0, 1, true, "singleton"},
-		{"env says none but mpi says 4", Result{Launcher: None, Rank: 0, Size: 1}, 0, 4, true, "rank 0 of 4"},
+		{"env says none but mpi says 4", Result{Launcher: launcher.None, Rank: 0, Size: 1}, 0, 4, true, "rank 0 of 4"},
 		{"rank differs", slurm4, 3, 4, true, "rank 3 of 4"},
 		{"impossible comm", slurm4, 4, 4, true, "impossible"},
 		{"zero size comm", slurm4, 0, 0, true, "impossible"},
@@ -334,12 +327,50 @@ func TestCheckComm(t *testing.T) {
 // TestFamiliesMatchTable keeps the re-exported constants and the table
 // in step: every family but None has exactly one entry.
 func TestFamiliesMatchTable(t *testing.T) {
-	for _, f := range []Family{OpenMPI, MPICH, IntelMPI, MVAPICH2, PALS, ALPS, Slurm, Flux} {
+	for _, f := range []launcher.Family{launcher.OpenMPI, launcher.MPICH, launcher.IntelMPI, launcher.MVAPICH2, launcher.PALS, launcher.ALPS, launcher.Slurm, launcher.Flux} {
 		if _, ok := launcher.Lookup(f); !ok {
 			t.Errorf("family %s has no launcher.Table entry", f)
 		}
 	}
 	if len(launcher.Table) != 8 {
 		t.Errorf("launcher.Table has %d entries, want 8", len(launcher.Table))
+	}
+}
+
+// TestInvalidModeKeepsLauncherFacts is the regression test for a bug: an
+// invalid KBUNDLE_MODE made Detect drop the launcher's answer, so a rank-1
+// task looked like a plain process (and extracted). The launcher facts must
+// not depend on KBUNDLE_MODE at all; only ModeFromEnv rejects the value.
+func TestInvalidModeKeepsLauncherFacts(t *testing.T) {
+	base := map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+		"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+	want, err := Detect(mapLookup(base))
+	if err != nil || !want.MPI || want.Rank != 1 {
+		t.Fatalf("Detect = %+v, %v", want, err)
+	}
+	for _, v := range []string{"bogus", "write", "off", "", "Write"} {
+		env := map[string]string{ModeEnv: v}
+		for k, x := range base {
+			env[k] = x
+		}
+		got, err := Detect(mapLookup(env))
+		if err != nil || got != want {
+			t.Errorf("KBUNDLE_MODE=%q: Detect = %+v, %v; want %+v", v, got, err, want)
+		}
+		m, err := ModeFromEnv(mapLookup(env), got)
+		switch v {
+		case "bogus", "Write":
+			if !errors.Is(err, ErrInvalidMode) || !strings.Contains(err.Error(), ModeEnv) {
+				t.Errorf("KBUNDLE_MODE=%q: ModeFromEnv err = %v, want ErrInvalidMode naming %s", v, err, ModeEnv)
+			}
+		case "":
+			if err != nil || m != ModeBundle {
+				t.Errorf("KBUNDLE_MODE empty: mode %q, %v; want the default bundle", m, err)
+			}
+		default:
+			if err != nil || string(m) != v {
+				t.Errorf("KBUNDLE_MODE=%q: mode %q, %v", v, m, err)
+			}
+		}
 	}
 }

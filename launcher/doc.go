@@ -11,5 +11,9 @@
 // guesses a value it cannot parse.
 //
 // Adding a launcher means adding one entry to Table, with the sources its
-// variable names come from.
+// variable names come from. Two other places name launcher variables and
+// may need a line: package detect's job-level variables, which say a
+// process is inside a job but not one of its tasks (SLURM_JOB_ID, Slurm's
+// special step ids, PBS_JOBID, FLUX_URI), and the job-id variables of
+// kbundle load's default destination (docs/usage.md).
 package launcher

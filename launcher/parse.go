@@ -66,7 +66,8 @@ func allDigits(s string) bool {
 // that srun launched.
 const (
 	SlurmMaxNormalStepID = 0xfffffff0
-	SlurmBatchScript     = 0xfffffffb
+	SlurmBatchScript     = 0xfffffffb // the batch step, printed with %u
+	SlurmBatchStep       = -5         // the batch step, printed with %d
 )
 
 // SlurmStepIsTaskStep reports whether a parsed SLURM_STEP_ID names an

@@ -89,7 +89,7 @@ type Summary struct {
 	// directories the bundle has nothing in: their variables point at
 	// nothing.
 	EmptyPresets []string
-	Env      []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
+	Env          []string // NAME=VALUE pairs pointing the presets' frameworks at Dest
 	// Read is rank 0's time reading the bundle; Bcast the whole stream;
 	// Extract the longest leader's staging (decode and write), all three
 	// overlapping; Total the whole call.

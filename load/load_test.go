@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/synth"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 	"github.com/kbundle/kbundle/load"
 )
 
@@ -49,35 +51,6 @@ func run(t *testing.T, nodes []int, plan func(rank int) load.Plan, corrupt map[i
 	return sums, errs
 }
 
-func sameFiles(t *testing.T, a, b string) {
-	t.Helper()
-	err := filepath.WalkDir(a, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(a, p)
-		q := filepath.Join(b, rel)
-		fi, err := os.Stat(q)
-		if err != nil {
-			return err
-		}
-		if d.IsDir() != fi.IsDir() {
-			return fmt.Errorf("%s: kind differs", rel)
-		}
-		if !d.IsDir() {
-			x, _ := os.ReadFile(p)
-			y, _ := os.ReadFile(q)
-			if string(x) != string(y) {
-				return fmt.Errorf("%s: content differs", rel)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // nothingUnder fails if dir holds anything but keep.
 func nothingUnder(t *testing.T, dir string, keep ...string) {
 	t.Helper()
@@ -95,29 +68,32 @@ func nothingUnder(t *testing.T, dir string, keep ...string) {
 
 func TestRunNodes(t *testing.T) {
 	src, file := testBundle(t)
+	slow := map[int]func([]byte){2: func([]byte) { time.Sleep(2 * time.Millisecond) }}
 	for _, c := range []struct {
 		name  string
 		nodes []int
 		chunk int64
+		slow  map[int]func([]byte)
 	}{
-		{"one rank", []int{0}, 0},
-		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, 0},
-		{"uneven nodes, chunk not dividing", []int{0, 1, 1, 1}, 100003},
-		{"tiny chunks", []int{0, 0, 1}, 4093},
+		{"one rank", []int{0}, 0, nil},
+		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, 0, nil},
+		{"uneven nodes, chunk not dividing", []int{0, 1, 1, 1}, 100003, nil},
+		{"tiny chunks", []int{0, 0, 1}, 4093, nil},
+		{"one leader slower than the others", []int{0, 1, 2}, 65536, slow},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := t.TempDir()
 			sums, errs := run(t, c.nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[rank]), "dest"),
 					ChunkSize: c.chunk, Window: 1, Host: fmt.Sprintf("kbn%d", c.nodes[rank])}
-			}, nil)
+			}, c.slow)
 			for r, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", r, err)
 				}
 			}
 			for n := range c.nodes[len(c.nodes)-1] + 1 {
-				sameFiles(t, src, filepath.Join(base, fmt.Sprintf("n%d", n), "dest"))
+				tree.Same(t, src, filepath.Join(base, fmt.Sprintf("n%d", n), "dest"), tree.Options{Mtimes: true})
 				nothingUnder(t, filepath.Join(base, fmt.Sprintf("n%d", n)), "dest")
 			}
 			if s := sums[0]; s.Nodes != c.nodes[len(c.nodes)-1]+1 || s.Entries == 0 || s.Held == 0 {

@@ -81,9 +81,9 @@ func (r *CheckResult) Reused() bool {
 }
 
 // Report writes what the check found to w as kbundle's "kbundle: " lines:
-// one verdict, then (when not reused) up to max paths of what was
-// written, rewritten or removed, and a hint.
-func (r *CheckResult) Report(w io.Writer, max int) {
+// one verdict, then (when not reused) the framework's refusals or up to
+// limit paths of what was written, rewritten or removed, and a hint.
+func (r *CheckResult) Report(w io.Writer, limit int) {
 	switch {
 	case r.Run == nil && r.Files == 0:
 		fmt.Fprintf(w, "kbundle: check: NOT proven: the cache is empty, there is nothing to reuse\n")
@@ -113,14 +113,15 @@ func (r *CheckResult) Report(w io.Writer, max int) {
 	fmt.Fprintf(w, "kbundle: check: NOT reused: a fresh run against a copy at another path (%s) added %d, rewrote %d and removed %d of its %d files\n",
 		r.Copy, len(r.Written), len(r.Rewritten), len(r.Removed), r.Files)
 	n := 0
+lists:
 	for _, l := range []struct {
 		what string
 		cs   []Change
 	}{{"added", r.Written}, {"rewrote", r.Rewritten}, {"removed", r.Removed}} {
 		for _, c := range l.cs {
-			if n == max {
+			if n == limit {
 				fmt.Fprintf(w, "kbundle:   ...\n")
-				goto hint
+				break lists
 			}
 			n++
 			size := c.Size
@@ -130,7 +131,6 @@ func (r *CheckResult) Report(w io.Writer, max int) {
 			fmt.Fprintf(w, "kbundle:   %s %s (%d bytes)\n", l.what, c.Path, size)
 		}
 	}
-hint:
 	fmt.Fprintf(w, "kbundle: hint: the framework compiled again: its cache key holds something that changed with the move or between the runs (see \"Misses after a move\" in docs/presets.md); a job using this bundle would compile too\n")
 }
 
@@ -141,7 +141,9 @@ hint:
 // again in a fresh process pointed at that copy and compares the copy
 // before and after. Nothing written and nothing rewritten means the cache
 // was reused; otherwise the result names what was written and Check
-// returns ErrNotReused. A check run that fails is reported in the result
+// returns ErrNotReused. A framework that refuses an entry without touching
+// its file (JAX on XLA:CPU, jax-ml/jax#38445) is caught by its message on
+// the run's stderr, also ErrNotReused. A check run that fails is reported in the result
 // (Run.Failed) with a nil error. The copy and any temporary bundle are
 // removed before Check returns.
 func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {

@@ -51,7 +51,7 @@ type Preset struct {
 	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
 
-	relocate func(root, dest, origin string) error
+	relocate func(dir, dest, origin string) error
 	// hitWrite reports whether a file the framework writes (or removes)
 	// in its cache on a cache hit is only bookkeeping, not a rebuild (pocl's
 	// empty last_accessed stamps). Check ignores those.
@@ -158,16 +158,17 @@ func (p *Preset) Relocate(dest, origin string) error {
 	return p.RelocateStaged(dest, dest, origin)
 }
 
-// RelocateStaged is Relocate on a tree that is still at root and will be
-// moved to dest as it is (a staged extraction, see bundle.Staged): the
-// paths written point into dest. Relocating before the move means a
-// reader of dest never sees an unrelocated tree.
-func (p *Preset) RelocateStaged(root, dest, origin string) error {
+// RelocateStaged is Relocate for a copy extracted to staged that will be
+// renamed to dest afterwards (an all-or-nothing extraction): files are
+// read and rewritten in staged, but the paths written into them name dest,
+// where the framework will find them. A path under staged is treated as
+// one under dest.
+func (p *Preset) RelocateStaged(staged, dest, origin string) error {
 	for _, q := range p.closure() {
 		if q.relocate == nil {
 			continue
 		}
-		if err := q.relocate(root, dest, origin); err != nil {
+		if err := q.relocate(staged, dest, origin); err != nil {
 			return fmt.Errorf("preset %s: %w", q.Name, err)
 		}
 	}

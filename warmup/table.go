@@ -51,6 +51,7 @@ var table = []*Preset{
 		},
 		Misses: []string{
 			"PyTorch version, Python version, GPU model and Triton version are part of the keys",
+			"the C++ compiler Inductor runs on CPUs, by name: measured, the same GCC called through CXX=c++ instead of the default g++ misses every graph (warm up with the job's CXX and modules)",
 			"Triton's group files need relocation (included triton preset)",
 		},
 		Notes: []string{"includes the triton preset: TRITON_CACHE_DIR points at DIR/triton (Inductor would otherwise put it under its own cache dir)"},

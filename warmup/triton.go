@@ -30,13 +30,14 @@ const maxGroupFile = 4 << 20
 // TRITON_CACHE_DIR) is repaired from Triton's layout CACHE/KEY/FILE when
 // that file exists under dest: first next to the group file, then as
 // CACHE/KEY/FILE. Paths already under dest, and values that are not
-// strings, are left alone. Only group files under dest are written, each
-// atomically (temporary file, rename), keeping its mode.
+// strings, are left alone. Only group files are written, each atomically
+// (temporary file, rename), keeping its mode.
 //
-// The tree may still be staged elsewhere (root) before it is moved to
-// dest: the paths written are dest's, the files looked at root's.
-func relocateTriton(root, dest, origin string) error {
-	root, err := filepath.Abs(root)
+// The files are read and written in dir, which becomes dest afterwards (a
+// staged extraction renamed into place) or is dest itself: the paths
+// written name dest, and a path under dir counts as one under dest.
+func relocateTriton(dir, dest, origin string) error {
+	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
@@ -46,35 +47,44 @@ func relocateTriton(root, dest, origin string) error {
 	if origin != "" {
 		origin = filepath.Clean(origin)
 	}
-	at := func(p string) string { // where a path under dest is now
-		rel, err := filepath.Rel(dest, p)
-		if err != nil || !filepath.IsLocal(rel) {
-			return p
-		}
-		return filepath.Join(root, rel)
-	}
-	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	r := &tritonRelocation{dir: dir, dest: dest, origin: origin}
+	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if !d.Type().IsRegular() || !isGroupFile(d.Name()) {
 			return nil
 		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		return rewriteGroupFile(path, filepath.Join(dest, rel), dest, origin, at)
+		return r.rewriteGroupFile(path)
 	})
+}
+
+// tritonRelocation: files live in dir, paths are written in terms of dest.
+type tritonRelocation struct{ dir, dest, origin string }
+
+// final returns where path (under dir) will be once dir is dest.
+func (r *tritonRelocation) final(path string) string {
+	rel, err := filepath.Rel(r.dir, path)
+	if err != nil {
+		return path
+	}
+	return filepath.Join(r.dest, rel)
+}
+
+// staged returns where path (under dest) is now.
+func (r *tritonRelocation) staged(path string) string {
+	rel, err := filepath.Rel(r.dest, path)
+	if err != nil {
+		return path
+	}
+	return filepath.Join(r.dir, rel)
 }
 
 func isGroupFile(name string) bool {
 	return strings.HasPrefix(name, "__grp__") && strings.HasSuffix(name, ".json")
 }
 
-// rewriteGroupFile rewrites the group file at path, which will be grp
-// under dest; at maps a path under dest to where it is now.
-func rewriteGroupFile(path, grp, dest, origin string, at func(string) string) error {
+func (r *tritonRelocation) rewriteGroupFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -107,7 +117,7 @@ func rewriteGroupFile(path, grp, dest, origin string, at func(string) string) er
 		if !ok {
 			continue
 		}
-		if np, ok := relocatedPath(p, grp, dest, origin, at); ok && np != p {
+		if np, ok := r.relocatedPath(p, r.final(path)); ok && np != p {
 			children[name] = np
 			changed = true
 		}
@@ -127,20 +137,23 @@ func rewriteGroupFile(path, grp, dest, origin string, at func(string) string) er
 	return writeFileAtomic(path, out)
 }
 
-// relocatedPath returns where child path p of the group file grp belongs
-// under dest, and whether it found a place.
-func relocatedPath(p, grp, dest, origin string, at func(string) string) (string, bool) {
+// relocatedPath returns where child path p of the group file grp (its
+// final path, under dest) belongs under dest, and whether it found a place.
+func (r *tritonRelocation) relocatedPath(p, grp string) (string, bool) {
 	if !filepath.IsAbs(p) {
 		return "", false
 	}
 	p = filepath.Clean(p)
+	dest := r.dest
 	if within(p, dest) {
 		return p, true
 	}
-	if origin != "" && within(p, origin) {
-		rel, err := filepath.Rel(origin, p)
-		if err == nil && filepath.IsLocal(rel) {
-			return filepath.Join(dest, rel), true
+	for _, from := range []string{r.origin, r.dir} {
+		if from != "" && within(p, from) {
+			rel, err := filepath.Rel(from, p)
+			if err == nil && filepath.IsLocal(rel) {
+				return filepath.Join(dest, rel), true
+			}
 		}
 	}
 	// Layout repair: Triton puts a kernel's files in CACHE/KEY/, and the
@@ -150,7 +163,7 @@ func relocatedPath(p, grp, dest, origin string, at func(string) string) (string,
 		filepath.Join(keyDir, filepath.Base(p)),
 		filepath.Join(filepath.Dir(keyDir), filepath.Base(filepath.Dir(p)), filepath.Base(p)),
 	} {
-		if within(c, dest) && regularFile(at(c)) {
+		if within(c, dest) && regularFile(r.staged(c)) {
 			return c, true
 		}
 	}

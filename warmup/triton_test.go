@@ -184,3 +184,54 @@ func FuzzRelocateTritonGroup(f *testing.F) {
 		}
 	})
 }
+
+// RelocateStaged rewrites the group files in the staging directory but
+// makes them name the final destination, from every kind of origin (the
+// recorded one, unknown, and a path already pointing into the staging
+// directory, as a load that relocated there would have left it).
+func TestRelocateStaged(t *testing.T) {
+	for _, origin := range []string{"/home/alice/kcache", "", "/elsewhere"} {
+		t.Run("origin "+origin, func(t *testing.T) {
+			root := t.TempDir()
+			staged := filepath.Join(root, ".loaded.kbundle-tmp-x")
+			dest := filepath.Join(root, "loaded")
+			copyTree(t, "testdata/triton-cache", filepath.Join(staged, "triton"))
+			p, _ := Lookup("triton")
+			if err := p.RelocateStaged(staged, dest, origin); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(staged, dest); err != nil {
+				t.Fatal(err)
+			}
+			for _, grp := range []string{"ABCKEY1/__grp__add_kernel.json", "DEFKEY2/__grp__mul_kernel.json"} {
+				path := filepath.Join(dest, "triton", filepath.FromSlash(grp))
+				children := readGroup(t, path)["child_paths"].(map[string]any)
+				for name, v := range children {
+					if want := filepath.Join(filepath.Dir(path), name); v.(string) != want {
+						t.Errorf("%s: %s -> %s, want %s", grp, name, v, want)
+					}
+					if !regularFile(v.(string)) {
+						t.Errorf("%s: %s does not exist", grp, v)
+					}
+				}
+			}
+		})
+	}
+	t.Run("paths into the staging directory", func(t *testing.T) {
+		root := t.TempDir()
+		staged := filepath.Join(root, ".loaded.kbundle-tmp-x")
+		dest := filepath.Join(root, "loaded")
+		key := filepath.Join(staged, "triton", "K")
+		os.MkdirAll(key, 0o700)
+		os.WriteFile(filepath.Join(key, "k.bin"), []byte("k"), 0o600)
+		os.WriteFile(filepath.Join(key, "__grp__k.json"), []byte(`{"child_paths":{"k.bin":"`+filepath.Join(key, "k.bin")+`"}}`), 0o600)
+		p, _ := Lookup("triton")
+		if err := p.RelocateStaged(staged, dest, ""); err != nil {
+			t.Fatal(err)
+		}
+		got := readGroup(t, filepath.Join(key, "__grp__k.json"))["child_paths"].(map[string]any)["k.bin"]
+		if want := filepath.Join(dest, "triton", "K", "k.bin"); got != want {
+			t.Errorf("k.bin -> %v, want %s", got, want)
+		}
+	})
+}

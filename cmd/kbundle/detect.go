@@ -2,9 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -33,28 +33,43 @@ func detectAction(c *cli.Context) error {
 	if c.NArg() > 0 {
 		return cli.Exit(fmt.Sprintf("detect takes no arguments, got %q", c.Args().Slice()), exitUsage)
 	}
-	r, err := detect.FromEnviron()
-	switch {
-	case errors.Is(err, detect.ErrInvalidMode):
+	// The mode first: an invalid KBUNDLE_MODE is a usage error whatever
+	// the launcher variables say.
+	r, derr := detect.FromEnviron()
+	mode, err := detect.ModeFromEnv(os.LookupEnv, r)
+	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
-	case err != nil:
-		return cli.Exit(err.Error()+
+	}
+	if derr != nil {
+		return cli.Exit(derr.Error()+
 			"\nkbundle: hint: a launcher variable is malformed or contradicts another; "+
 			"inspect the environment the launcher gave this process (docs/launchers.md)", exitError)
 	}
+	out := detection{Result: r, Mode: mode, Reason: r.Reason}
+	if def := detect.DefaultMode(r); mode != def {
+		out.Reason += fmt.Sprintf("; %s=%s overrides the default %s", detect.ModeEnv, mode, def)
+	}
 	if c.Bool("json") {
-		b, err := json.Marshal(r)
+		b, err := json.Marshal(out)
 		if err != nil {
 			return cli.Exit(err.Error(), exitError)
 		}
 		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
 		return err
 	}
-	return printDetection(c.App.Writer, r)
+	return printDetection(c.App.Writer, out)
+}
+
+// detection is what `kbundle detect` prints: the launcher facts and the
+// cache mode, whose override the reason mentions.
+type detection struct {
+	detect.Result
+	Mode   detect.Mode `json:"mode"`
+	Reason string      `json:"reason"` // one line, for humans
 }
 
 // printDetection writes the short human-readable block.
-func printDetection(w io.Writer, r detect.Result) error {
+func printDetection(w io.Writer, r detection) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	known := func(n int) string {
 		if n == detect.Unknown {
@@ -67,7 +82,7 @@ func printDetection(w io.Writer, r detect.Result) error {
 		mpi = fmt.Sprintf("yes, rank %d of %s", r.Rank, known(r.Size))
 	}
 	store := "no"
-	if r.MayStore() {
+	if r.Mode.MayStore(r.Result) {
 		store = "yes"
 	}
 	lines := []string{

@@ -4,53 +4,95 @@ import (
 	"errors"
 	"io/fs"
 
+	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/urfave/cli/v2"
 )
 
-// unusable reports whether err means the bundle itself cannot be used:
-// missing, damaged, of an unknown version, hostile or untrusted (exit 3).
-func unusable(err error) bool {
-	for _, s := range []error{fs.ErrNotExist, bundle.ErrFormat, bundle.ErrVersion, bundle.ErrChecksum,
-		bundle.ErrInsecurePath, bundle.ErrTooLarge, bundle.ErrUntrusted} {
-		if errors.Is(err, s) {
-			return true
-		}
+// destError marks an error about the destination (DEST, its parent, the
+// disk), never about the bundle: exit 1, whatever it wraps.
+type destError struct{ err error }
+
+func (e *destError) Error() string { return e.err.Error() }
+func (e *destError) Unwrap() error { return e.err }
+
+// bundleError marks an error from opening the bundle named on the command
+// line: a missing file there is a missing bundle (exit 3).
+type bundleError struct{ err error }
+
+func (e *bundleError) Error() string { return e.err.Error() }
+func (e *bundleError) Unwrap() error { return e.err }
+
+// atDest marks err, unless it is about the bundle's content, as a
+// destination problem. Extraction errors go through it: a missing parent
+// of DEST is not a missing bundle.
+func atDest(err error) error {
+	if err == nil || bundle.Unusable(err) {
+		return err
 	}
-	return false
+	return &destError{err}
 }
 
-// hint returns a line that tells the user how to fix err, or "".
-func hint(err error) string {
+// exitFor is the one classification of errors for every command: the exit
+// status and a "hint: ..." line telling the user how to fix err ("" when
+// there is nothing to add). Exit 3 means the bundle is unusable (missing,
+// damaged, of a newer version, hostile or untrusted); a destination
+// problem is 1, never 3. A missing file or a permission problem is the
+// bundle's only when it came from opening the bundle (bundleError) or from
+// rank 0's reading it (broadcast.ErrNoBundle); otherwise it is the
+// destination's.
+func exitFor(err error) (code int, hint string) {
+	var de *destError
+	atBundle := errors.As(err, new(*bundleError)) || errors.Is(err, broadcast.ErrNoBundle)
 	switch {
+	case err == nil:
+		return exitOK, ""
+	case errors.As(err, &de):
+		switch {
+		case errors.Is(err, bundle.ErrExist):
+			return exitError, "hint: pass --force to replace the destination"
+		case errors.Is(err, fs.ErrPermission):
+			return exitError, "hint: the destination is not writable by you; choose another DEST"
+		}
+		return exitError, "hint: the problem is the destination, not the bundle; check DEST's path, permissions and free space"
 	case errors.Is(err, bundle.ErrUntrusted):
-		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
+		return exitUnusable, "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
 	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
-		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
+		return exitUnusable, "hint: the bundle is damaged or truncated; pack it again from the cache directory"
 	case errors.Is(err, bundle.ErrVersion):
-		return "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
+		return exitUnusable, "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
 	case errors.Is(err, bundle.ErrInsecurePath):
-		return "hint: the bundle holds a path that could escape its destination; do not use it"
+		return exitUnusable, "hint: the bundle holds a path that could escape its destination; do not use it"
 	case errors.Is(err, bundle.ErrExist):
-		return "hint: pass --force to replace the destination"
+		return exitError, "hint: pass --force to replace the destination"
+	case atBundle && errors.Is(err, fs.ErrNotExist):
+		return exitUnusable, "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+	case atBundle && errors.Is(err, fs.ErrPermission):
+		return exitError, "hint: you cannot read the bundle; check its and its directories' permissions"
+	case errors.Is(err, broadcast.ErrNoBundle):
+		return exitUnusable, ""
 	case errors.Is(err, fs.ErrNotExist):
-		return "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+		return exitError, "hint: a path kbundle needed does not exist; if it is the destination's, check --to or KBUNDLE_LOCAL_DIR"
+	case errors.Is(err, fs.ErrPermission):
+		return exitError, "hint: permission denied; if on the destination, choose one you can write (--to or KBUNDLE_LOCAL_DIR)"
 	}
-	return ""
+	return exitError, ""
 }
 
-// bundleExit turns an error from reading a bundle into a cli exit error:
-// exit 3 when the bundle is unusable, 1 otherwise, with a hint line.
-func bundleExit(err error) error {
+// hint is exitFor's hint alone.
+func hint(err error) string {
+	_, h := exitFor(err)
+	return h
+}
+
+// exit turns err into a cli exit error with exitFor's status and hint.
+func exit(err error) error {
 	if err == nil {
 		return nil
 	}
-	code := exitError
-	if unusable(err) {
-		code = exitUnusable
-	}
+	code, h := exitFor(err)
 	msg := err.Error()
-	if h := hint(err); h != "" {
+	if h != "" {
 		msg += "\nkbundle: " + h
 	}
 	return cli.Exit(msg, code)

@@ -1,42 +1,60 @@
 package main
 
 import (
-	"fmt"
-	"os"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/urfave/cli/v2"
 )
 
+// extractJSON is `kbundle extract --json`; fields are only ever added.
+type extractJSON struct {
+	Path    string  `json:"path"`
+	Dest    string  `json:"dest"`
+	Entries int     `json:"entries"`
+	Files   int     `json:"files"`
+	Dirs    int     `json:"dirs"`
+	Bytes   int64   `json:"raw_bytes"`
+	Seconds float64 `json:"seconds"`
+}
+
 func init() {
 	register(&cli.Command{
 		Name:      "extract",
 		Usage:     "extract a bundle into a directory, atomically",
-		UsageText: "kbundle extract FILE DEST [--force] [--jobs N]",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "force", Usage: "replace DEST if it exists and is not empty"},
-			jobsFlag,
-		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() != 2 {
-				return cli.Exit("usage: kbundle extract FILE DEST [--force]", exitUsage)
-			}
-			rc, err := bundle.Open(c.Args().Get(0), &bundle.OpenOptions{Trusted: true})
-			if err != nil {
-				return bundleExit(err)
-			}
-			defer rc.Close()
-			bar := newProgress("extracting")
-			res, err := rc.Extract(c.Context, c.Args().Get(1), &bundle.ExtractOptions{
-				Force: c.Bool("force"), Jobs: c.Int("jobs"), Progress: bar.update})
-
-			bar.done()
-			if err != nil {
-				return bundleExit(err)
-			}
-			fmt.Fprintf(os.Stderr, "kbundle: extracted %d files and %d directories (%s) to %s\n",
-				res.Files, res.Dirs, human(res.Bytes), res.Dest)
-			return nil
-		},
+		UsageText: "kbundle extract FILE DEST [--force] [--jobs N] [--json] [-q]",
+		Flags:     []cli.Flag{forceFlag, jobsFlag, jsonFlag, quietFlag},
+		Action:    extractAction,
 	})
+}
+
+func extractAction(c *cli.Context) error {
+	a, err := args(c, "FILE", "DEST")
+	if err != nil {
+		return err
+	}
+	n, err := jobs(c)
+	if err != nil {
+		return err
+	}
+	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	start := time.Now()
+	bar := newProgress(c, "extracting")
+	res, err := rc.Extract(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
+	bar.done()
+	if err != nil {
+		return exit(atDest(err))
+	}
+	took := time.Since(start)
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
+			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds()})
+	}
+	say(c, "extracted %s and %s (%s) to %s in %s", plural(res.Files, "file", "files"),
+		plural(res.Dirs, "directory", "directories"), human(res.Bytes), safe(res.Dest), elapsed(took))
+	return nil
 }

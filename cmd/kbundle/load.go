@@ -26,7 +26,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env]",
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env] [--timeout D] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, DIR defaulting to\n" +
 			"$KBUNDLE_CACHE_DIR), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
@@ -48,6 +48,7 @@ func init() {
 			presetFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
+			quietFlag,
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"KBUNDLE_TIMEOUT"},
 				Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down"},
 		},
@@ -199,11 +200,20 @@ func (l *loader) withMPI(det detect.Result, path string) (err error) {
 	return l.run(broadcast.FromMPI(w), true, id, path)
 }
 
+// loadExitCode is exitFor's status for a load: a failure that is not
+// about the bundle (ErrNoBundle) happened at a node's destination.
 func loadExitCode(err error) int {
+	code, _ := exitFor(loadError(err))
+	return code
+}
+
+// loadError marks a node-local failure as a destination problem for
+// exitFor.
+func loadError(err error) error {
 	if errors.Is(err, broadcast.ErrNoBundle) {
-		return exitUnusable
+		return err
 	}
-	return exitError
+	return atDest(err)
 }
 
 // run loads over world and reports.
@@ -290,6 +300,9 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path s
 	if s.Nodes != 1 {
 		nodes = fmt.Sprintf("%d nodes", s.Nodes)
 	}
+	if c.Bool("quiet") {
+		return nil
+	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
 		round(res.Read), round(res.Bcast), round(res.Extract))
@@ -310,7 +323,7 @@ func loadMessage(err error) string {
 	if !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
-	if h := hint(err); h != "" {
+	if h := hint(loadError(err)); h != "" {
 		lines = append(lines, h)
 	}
 	return strings.Join(lines, "\nkbundle: ")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -14,27 +13,36 @@ func init() {
 		Name:      "ls",
 		Usage:     "list a bundle's entries",
 		UsageText: "kbundle ls FILE [-l]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "show mode, size, mtime and digest"}},
-		Action: func(c *cli.Context) error {
-			rc, err := openArg(c, "kbundle ls FILE [-l]")
-			if err != nil {
-				return err
-			}
-			defer rc.Close()
-			tw := tabwriter.NewWriter(os.Stdout, 0, 8, 1, ' ', tabwriter.AlignRight)
-			for _, e := range rc.Entries() {
-				if !c.Bool("long") {
-					fmt.Fprintln(os.Stdout, e.Name)
-					continue
-				}
-				dig := e.Digest.String()
-				if e.Dir {
-					dig = "-"
-				}
-				fmt.Fprintf(tw, "%v\t%d\t %s\t %s\t %s\n", e.Info().Mode(), e.Size,
-					e.ModTime.UTC().Format(time.RFC3339Nano), dig, e.Name)
-			}
-			return tw.Flush()
-		},
+		Description: "Prints one name a line, directories with a trailing /. A name holding control\n" +
+			"characters, a newline or invalid UTF-8 is printed Go-quoted (\"a\\nb\").",
+		Flags:  []cli.Flag{&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "show mode, size, mtime and digest"}},
+		Action: lsAction,
 	})
+}
+
+func lsAction(c *cli.Context) error {
+	rc, err := openArg(c)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w := c.App.Writer
+	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', tabwriter.AlignRight)
+	for _, e := range rc.Entries() {
+		name := safe(e.Name)
+		if e.Dir {
+			name += "/"
+		}
+		if !c.Bool("long") {
+			fmt.Fprintln(w, name)
+			continue
+		}
+		dig := e.Digest.String()
+		if e.Dir {
+			dig = "-"
+		}
+		fmt.Fprintf(tw, "%v\t%d\t %s\t %s\t %s\n", e.Info().Mode(), e.Size,
+			e.ModTime.UTC().Format(time.RFC3339Nano), dig, name)
+	}
+	return tw.Flush()
 }

@@ -1,15 +1,26 @@
 // Command kbundle packs a compiled-kernel cache directory into one bundle
 // file and loads it on every node of an MPI job. See docs/usage.md.
+//
+// Each command lives in the file of its name (pack.go, info.go, ...).
+// What several commands share lives in a file named for what it is:
+// flags.go (flag definitions), args.go (flags after arguments), open.go
+// (opening the bundle argument), errors.go (exit statuses and hints),
+// output.go (formatting and escaping), progress.go (progress display) and
+// presets.go (the presets command and --preset parsing). Every command
+// writes through the app's Writer and ErrWriter, so that run can be
+// called in process with any writers.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,59 +41,117 @@ const (
 	exitUnusable = 3 // bundle missing, damaged or untrusted
 )
 
-// commands is filled by each command's file (one file per command).
+// docsURL is where an installed binary's users find the documentation.
+const docsURL = "https://github.com/kbundle/kbundle/blob/main/docs/usage.md"
+
+// commands is filled by each command's file.
 var commands []*cli.Command
 
+// register adds a command; a bad flag of a command is a usage error.
 func register(c *cli.Command) {
-	if c.OnUsageError == nil { // a bad flag of a command is a usage error too
-		c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return cli.Exit(err.Error(), exitUsage) }
+	if c.OnUsageError == nil {
+		c.OnUsageError = usageError
 	}
 	commands = append(commands, c)
 }
 
+// usageError turns urfave/cli's flag errors into exit 2, naming an
+// unknown flag as the user typed it (the flag package always says "-name")
+// and pointing at the command's help.
+func usageError(c *cli.Context, err error, _ bool) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		typed, _ := c.App.Metadata["args"].([]string)
+		for _, a := range typed {
+			if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+				msg = "flag provided but not defined: --" + name
+				break
+			}
+		}
+	}
+	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
+		msg += fmt.Sprintf(" (see kbundle %s --help)", c.Command.Name)
+	} else {
+		msg += " (see kbundle --help)"
+	}
+	return cli.Exit(msg, exitUsage)
+}
+
+func init() {
+	// -v means --verbose in the commands that have it, never --version.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version and the MPI library"}
+	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer, false) }
+}
+
+// buildVersion is set at link time (make install: -ldflags "-X
+// main.buildVersion=$(git describe --always --dirty)"); it wins.
+var buildVersion string
+
+// version is kbundle's version: buildVersion, else the module version it
+// was built as, else "devel" plus the commit when the build recorded it.
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+	if buildVersion != "" {
+		return buildVersion
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
+	}
+	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "devel-" + s.Value[:12]
+		}
 	}
 	return "devel"
 }
 
-func newApp() *cli.App {
+// newApp builds the CLI definition, writing to stdout and stderr. The man
+// page and the shell completion are generated from it too.
+func newApp(stdout, stderr io.Writer) *cli.App {
 	sort.Slice(commands, func(i, j int) bool { return commands[i].Name < commands[j].Name })
 	return &cli.App{
-		Name:    "kbundle",
-		Usage:   "start an MPI job with a warm compiled-kernel cache",
-		Version: version(),
+		Name:      "kbundle",
+		HelpName:  "kbundle",
+		Usage:     "start an MPI job with a warm compiled-kernel cache",
+		UsageText: "kbundle COMMAND [flags] [arguments]\nkbundle help COMMAND",
+		Version:   version(),
 		Description: "Exit status: 0 ok, 1 error, 2 usage error, 3 bundle unusable " +
-			"(missing, damaged or untrusted). See docs/usage.md.",
-		Commands:        commands,
-		HideHelpCommand: true,
-		Action: func(c *cli.Context) error { // reached with an unknown command
+			"(missing, damaged or untrusted). Flags may come before or after arguments.\n" +
+			"Documentation: " + docsURL,
+		Commands:  commands,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Action: func(c *cli.Context) error { // reached without a command, or with an unknown one
 			if c.NArg() > 0 {
 				return cli.Exit(fmt.Sprintf("unknown command %q (see kbundle --help)", c.Args().First()), exitUsage)
 			}
-			return cli.ShowAppHelp(c)
+			return cli.Exit("usage: kbundle COMMAND [flags] [arguments] (see kbundle --help)", exitUsage)
 		},
-		ExitErrHandler: func(*cli.Context, error) {}, // main prints and exits
-		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
-			return cli.Exit(err.Error(), exitUsage)
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: unknown command %q (see kbundle --help)\n", name)
 		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run prints and exits
+		OnUsageError:   usageError,
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args))
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
-// run executes the CLI and maps errors to exit codes; every message is
-// printed once to stderr as "kbundle: ...".
+// run executes the CLI with args (args[0] is the program name) and maps
+// errors to exit codes; every message is printed once to stderr as
+// "kbundle: ...".
 //
 // SIGTERM, SIGINT and SIGHUP (scancel, a time limit, Ctrl-C) cancel the
 // command's context: it stops, removes what it wrote and run returns
 // 128+N. A command that cannot stop at once (one blocked in an MPI call)
 // is given signalGrace; then its temporary files and trees are removed
 // and the process exits 128+N.
-func run(args []string) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	sigs := make(chan os.Signal, 1)
@@ -99,13 +168,15 @@ func run(args []string) int {
 		stop()
 		time.Sleep(signalGrace)
 		bundle.RemoveTemps()
-		fmt.Fprintf(os.Stderr, "kbundle: %s: stopped\n", sig)
+		fmt.Fprintf(stderr, "kbundle: %s: stopped\n", sig)
 		os.Exit(128 + n)
 	}()
-	err := newApp().RunContext(ctx, args)
+	app := newApp(stdout, stderr)
+	app.Metadata = map[string]any{"args": args}
+	err := app.RunContext(ctx, flagsFirst(app, args))
 	if n := got.Load(); n != 0 {
 		bundle.RemoveTemps()
-		fmt.Fprintf(os.Stderr, "kbundle: %s: stopped\n", syscall.Signal(n))
+		fmt.Fprintf(stderr, "kbundle: %s: stopped\n", syscall.Signal(n))
 		return 128 + int(n)
 	}
 	if err == nil {
@@ -117,7 +188,7 @@ func run(args []string) int {
 		code = ec.ExitCode()
 	}
 	if msg := err.Error(); msg != "" {
-		fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+		fmt.Fprintf(stderr, "kbundle: %s\n", msg)
 	}
 	return code
 }

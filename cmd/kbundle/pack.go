@@ -2,40 +2,32 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
-)
-
-// Flags shared by the commands that write bundles (pack, warm).
-var (
-	levelFlag = &cli.StringFlag{Name: "level", Value: "default", EnvVars: []string{"KBUNDLE_LEVEL"},
-		Usage: "compression level: " + bundle.LevelNames}
-	jobsFlag = &cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, EnvVars: []string{"KBUNDLE_JOBS"},
-		Usage: fmt.Sprintf("parallel workers (0: all cores; at most 4 per core are used; 0..%d)", bundle.MaxJobs),
-		Action: func(_ *cli.Context, n int) error {
-			if n < 0 || n > bundle.MaxJobs {
-				return cli.Exit(fmt.Sprintf("--jobs (or KBUNDLE_JOBS) %d: must be 0 (all cores) to %d", n, bundle.MaxJobs), exitUsage)
-			}
-			return nil
-		}}
-	excludeFlag = &cli.StringSliceFlag{Name: "exclude", Usage: "skip paths matching `GLOB` (relative path or base name; repeatable)"}
-	outputFlag  = &cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "bundle `FILE` to write (default: DIR/cache.kbundle)"}
-	dirFlag     = &cli.StringFlag{Name: "dir", EnvVars: []string{"KBUNDLE_CACHE_DIR"}, Usage: "cache `DIR`ectory"}
 )
 
 func init() {
 	register(&cli.Command{
 		Name:      "pack",
 		Usage:     "pack a cache directory into one bundle file",
-		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]... [--preset NAME]...",
-		Flags:     []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, presetFlag},
+		UsageText: "kbundle pack [--dir DIR] [-o FILE] [--level NAME] [--jobs N] [--exclude GLOB]... [--preset NAME]... [--json] [-q]",
+		Description: "Packs DIR (default $KBUNDLE_CACHE_DIR) into FILE (default DIR/cache.kbundle),\n" +
+			"written to a temporary file beside FILE and renamed when complete. Memory: up to\n" +
+			"2 x N segments of 8 MiB (raw and compressed) are in flight, about 20-25 MiB per\n" +
+			"worker (-j); lower --jobs under a tight memory limit.",
+		Flags: []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, presetFlag, jsonFlag, quietFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("pack takes no arguments (got %q); use --dir", c.Args().First()), exitUsage)
+				return cli.Exit(fmt.Sprintf("pack takes no arguments (got %q); use --dir", safe(c.Args().First())), exitUsage)
 			}
 			dir := c.String("dir")
 			if dir == "" {
@@ -46,85 +38,135 @@ func init() {
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
+			start := time.Now()
 			res, err := packDir(c, dir, c.String("output"), presetNames(presets))
 			if err != nil {
 				return err
 			}
 			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
-				warmWarn("%s holds nothing for preset %s: was it filled by that framework?", dir, presetNames(missing))
+				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), presetNames(missing))
 			}
-			printPackResult(dir, res)
-			return nil
+			return reportPack(c, dir, res, time.Since(start))
 		},
 	})
 }
 
 // packDir packs dir to out (default dir/cache.kbundle) with the shared
-// flags of c, showing progress on a terminal.
+// flags of c, showing progress.
 func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error) {
-	level, err := bundle.ParseLevel(c.String("level"))
+	lvl, err := level(c)
 	if err != nil {
-		return nil, cli.Exit(err.Error(), exitUsage)
+		return nil, err
+	}
+	n, err := jobs(c)
+	if err != nil {
+		return nil, err
 	}
 	if out == "" {
 		out = filepath.Join(dir, "cache.kbundle")
 	}
-	bar := newProgress("packing")
+	if out == "-" {
+		return nil, cli.Exit("a bundle is written to a file, not to stdout: pass -o FILE (./- for a file named -)", exitUsage)
+	}
+	for _, g := range c.StringSlice("exclude") {
+		if _, err := path.Match(g, ""); err != nil {
+			return nil, cli.Exit(fmt.Sprintf("--exclude %q: %v", g, err), exitUsage)
+		}
+	}
+	var ct time.Time
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, cli.Exit(fmt.Sprintf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s), exitUsage)
+		}
+		ct = time.Unix(n, 0)
+	}
+	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
-		Level: level, Jobs: c.Int("jobs"), Exclude: c.StringSlice("exclude"),
-		Preset: preset, Progress: bar.update,
+		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"),
+		Preset: preset, Progress: bar.update, Host: hostinfo.Collect(), ContentTime: ct,
 	})
 	bar.done()
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("cannot pack %s: %v", dir, err), exitError)
+		return nil, cli.Exit(fmt.Sprintf("cannot pack %s: %v", safe(dir), err), exitError)
 	}
 	return res, nil
+}
+
+// packJSON is `kbundle pack --json`; fields are only ever added.
+type packJSON struct {
+	bundleJSON
+	Skipped []string `json:"skipped"`
+	Seconds float64  `json:"seconds"`
+}
+
+// reportPack prints what pack did: what was skipped and the warnings
+// (always), then a summary line on stderr (unless --quiet) or the JSON
+// object on stdout.
+func reportPack(c *cli.Context, dir string, res *bundle.PackResult, took time.Duration) error {
+	packWarnings(c.App.ErrWriter, dir, res)
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{Path: res.Path, Entries: res.Entries(),
+			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
+			PackedBytes: res.PackedBytes, Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments,
+			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...), Seconds: took.Seconds()})
+	}
+	say(c, "%s", packSummary(res, took))
+	return nil
+}
+
+// packSummary is the one-line summary of a pack.
+func packSummary(res *bundle.PackResult, took time.Duration) string {
+	s := fmt.Sprintf("packed %s and %s, %s (%s distinct) into %s: %s, ratio %.1f, %s",
+		plural(res.Files, "file", "files"), plural(res.Dirs, "directory", "directories"),
+		human(res.RawBytes), human(res.DataBytes), safe(res.Path), human(res.PackedBytes),
+		ratio(res.RawBytes, res.PackedBytes), plural(res.Segments, "segment", "segments"))
+	if took > 0 {
+		s += fmt.Sprintf(", in %s", elapsed(took))
+	}
+	return s
+}
+
+// printPackResult prints pack's report for warm --pack.
+func printPackResult(dir string, res *bundle.PackResult) {
+	packWarnings(os.Stderr, dir, res)
+	fmt.Fprintf(os.Stderr, "kbundle: %s\n", packSummary(res, 0))
 }
 
 // listMax is how many skipped, copied or writable entries pack names
 // before it only counts the rest.
 const listMax = 20
 
-func printList(format string, items []string) {
+func printList(w io.Writer, format string, items []string) {
 	for i, s := range items {
 		if i == listMax {
-			fmt.Fprintf(os.Stderr, "kbundle: ... and %d more\n", len(items)-listMax)
+			fmt.Fprintf(w, "kbundle: ... and %d more\n", len(items)-listMax)
 			break
 		}
-		fmt.Fprintf(os.Stderr, format, s)
+		fmt.Fprintf(w, format, safe(s))
 	}
 }
 
-// printPackResult reports a pack: what was skipped or stored as a copy,
-// the summary, then warnings about what would make the bundle useless or
-// unsafe: empty, written from a tree others can write, refused by load.
-func printPackResult(dir string, res *bundle.PackResult) {
-	printList("kbundle: not packed (not a regular file or directory): %s\n", res.Skipped)
-	printList("kbundle: symlink stored as a copy of its target: %s\n", res.Copied)
-	fmt.Fprintf(os.Stderr, "kbundle: packed %d files and %d directories, %s (%s distinct) into %s: %s, ratio %.1f, %d segments\n",
-		res.Files, res.Dirs, human(res.RawBytes), human(res.DataBytes), res.Path, human(res.PackedBytes),
-		ratio(res.RawBytes, res.PackedBytes), res.Segments)
+// packWarnings reports what was skipped or stored as a copy, then what
+// would make the bundle useless or unsafe: empty, written from a tree
+// others can write, refused by load.
+func packWarnings(w io.Writer, dir string, res *bundle.PackResult) {
+	printList(w, "kbundle: not packed (not a regular file or directory): %s\n", res.Skipped)
+	printList(w, "kbundle: symlink stored as a copy of its target: %s\n", res.Copied)
 	if len(res.Skipped) > 0 {
-		fmt.Fprintf(os.Stderr, "kbundle: hint: %d entries were not packed (symlinks out of the directory or to directories, devices, sockets, FIFOs): a cache that needs them will miss after a load\n", len(res.Skipped))
+		fmt.Fprintf(w, "kbundle: hint: %d entries were not packed (symlinks out of the directory or to directories, devices, sockets, FIFOs): a cache that needs them will miss after a load\n", len(res.Skipped))
 	}
 	if res.Files == 0 {
-		fmt.Fprintf(os.Stderr, "kbundle: warning: %s holds no files: the bundle is empty, and loading it warms nothing\n", dir)
-		fmt.Fprintf(os.Stderr, "kbundle: hint: check --dir, and that the warm-up's framework wrote its cache there (kbundle warm --preset NAME)\n")
+		fmt.Fprintf(w, "kbundle: warning: %s holds no files: the bundle is empty, and loading it warms nothing\n", safe(dir))
+		fmt.Fprintf(w, "kbundle: hint: check --dir, and that the warm-up's framework wrote its cache there (kbundle warm --preset NAME)\n")
 	}
 	if len(res.Writable) > 0 {
-		fmt.Fprintf(os.Stderr, "kbundle: warning: %d entries of %s could be written by someone other than you or root:\n", len(res.Writable), dir)
-		printList("kbundle:   %s\n", res.Writable)
-		fmt.Fprintf(os.Stderr, "kbundle: hint: whoever can write the cache chooses the code your jobs run, and the bundle, being yours, will be trusted by load: warm into a directory only you can write (chmod -R go-w %s) and pack again\n", dir)
+		fmt.Fprintf(w, "kbundle: warning: %d entries of %s could be written by someone other than you or root:\n", len(res.Writable), safe(dir))
+		printList(w, "kbundle:   %s\n", res.Writable)
+		fmt.Fprintf(w, "kbundle: hint: whoever can write the cache chooses the code your jobs run, and the bundle, being yours, will be trusted by load: warm into a directory only you can write (chmod -R go-w %s) and pack again\n", safe(dir))
 	}
 	if res.Untrusted != nil {
-		fmt.Fprintf(os.Stderr, "kbundle: warning: kbundle load will refuse this bundle (exit 3): %v\n", res.Untrusted)
-		fmt.Fprintf(os.Stderr, "kbundle: hint: the bundle, and every directory on the way to it, must be yours or root's and not writable by others; to share one with a project group or from a service account, see KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS in docs/troubleshooting.md\n")
+		fmt.Fprintf(w, "kbundle: warning: kbundle load will refuse this bundle (exit 3): %s\n", safe(res.Untrusted.Error()))
+		fmt.Fprintf(w, "kbundle: hint: the bundle, and every directory on the way to it, must be yours or root's and not writable by others; to share one with a project group or from a service account, see KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS in docs/troubleshooting.md\n")
 	}
-}
-
-func ratio(raw, packed int64) float64 {
-	if packed == 0 {
-		return 0
-	}
-	return float64(raw) / float64(packed)
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -26,9 +25,9 @@ func init() {
 				return cli.Exit(fmt.Sprintf("presets takes no arguments (got %q)", c.Args().First()), exitUsage)
 			}
 			if c.Bool("json") {
-				return writePresetsJSON(os.Stdout)
+				return writePresetsJSON(c.App.Writer)
 			}
-			return writePresets(os.Stdout, c.Bool("verbose"))
+			return writePresets(c.App.Writer, c.Bool("verbose"))
 		},
 	})
 }
@@ -102,4 +101,32 @@ func writePresets(w io.Writer, verbose bool) error {
 		}
 	}
 	return nil
+}
+
+// lookupPresets resolves --preset values; each may hold several names
+// separated by spaces or commas (KBUNDLE_PRESET="pocl pyopencl").
+func lookupPresets(values []string) ([]*warmup.Preset, error) {
+	var out []*warmup.Preset
+	seen := map[string]bool{}
+	for _, v := range values {
+		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			p, err := warmup.Lookup(name)
+			if err != nil {
+				return nil, err
+			}
+			if !seen[p.Name] {
+				seen[p.Name] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func presetNames(ps []*warmup.Preset) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ",")
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
 
@@ -35,26 +35,33 @@ type versionInfo struct {
 }
 
 func versionAction(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return cli.Exit(fmt.Sprintf("version takes no arguments (got %q)", safe(c.Args().First())), exitUsage)
+	}
+	if c.Bool("json") {
+		return writeJSON(c.App.Writer, newVersionInfo(c.Bool("verbose")))
+	}
+	printVersion(c.App.Writer, c.Bool("verbose"))
+	return nil
+}
+
+func newVersionInfo(verbose bool) versionInfo {
 	lib := mpi.LibraryVersion()
-	if !c.Bool("verbose") {
+	if !verbose {
 		lib, _, _ = strings.Cut(lib, "\n")
 		lib = strings.Join(strings.Fields(lib), " ")
 	}
-	info := versionInfo{
+	return versionInfo{
 		Version:    version(),
 		Go:         runtime.Version(),
 		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
 		MPI:        mpi.Enabled,
 		MPILibrary: lib,
 	}
-	if c.Bool("json") {
-		b, err := json.MarshalIndent(info, "", "  ")
-		if err != nil {
-			return cli.Exit(err.Error(), exitError)
-		}
-		fmt.Fprintf(c.App.Writer, "%s\n", b)
-		return nil
-	}
-	fmt.Fprintf(c.App.Writer, "kbundle %s (%s, %s)\nmpi: %s\n", info.Version, info.Go, info.Platform, info.MPILibrary)
-	return nil
+}
+
+// printVersion prints `kbundle version` (and `kbundle --version`).
+func printVersion(w io.Writer, verbose bool) {
+	info := newVersionInfo(verbose)
+	fmt.Fprintf(w, "kbundle %s (%s, %s)\nmpi: %s\n", info.Version, info.Go, info.Platform, info.MPILibrary)
 }

@@ -25,10 +25,6 @@ const (
 	exitNotReused = 4
 )
 
-// presetFlag is shared by the commands that point frameworks at a cache.
-var presetFlag = &cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, EnvVars: []string{"KBUNDLE_PRESET"},
-	Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`)"}
-
 func init() {
 	register(&cli.Command{
 		Name:  "warm",
@@ -166,34 +162,6 @@ func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []
 		return cli.Exit(fmt.Sprintf("check run exited with status %d", res.Run.ExitCode), res.Run.ExitCode)
 	}
 	return nil
-}
-
-// lookupPresets resolves --preset values; each may hold several names
-// separated by spaces or commas (KBUNDLE_PRESET="pocl pyopencl").
-func lookupPresets(values []string) ([]*warmup.Preset, error) {
-	var out []*warmup.Preset
-	seen := map[string]bool{}
-	for _, v := range values {
-		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
-			p, err := warmup.Lookup(name)
-			if err != nil {
-				return nil, err
-			}
-			if !seen[p.Name] {
-				seen[p.Name] = true
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
-func presetNames(ps []*warmup.Preset) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.Name
-	}
-	return strings.Join(names, ",")
 }
 
 func startExit(err error) error {

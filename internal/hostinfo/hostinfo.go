@@ -16,35 +16,36 @@ import (
 	"time"
 )
 
-// Keys of the description. All are optional.
+// Keys of the description: the format's, public as bundle.MetaHostOS and
+// its neighbours (docs/FORMAT.md). They are spelt out here because bundle
+// imports this package (Pack collects the description); keys_test.go
+// checks that both spellings agree.
 const (
-	OS          = "host.os"
-	Arch        = "host.arch"
-	Kernel      = "host.kernel"
-	CPUModel    = "host.cpu_model"
-	CPUFlags    = "host.cpu_flags"
-	GPUModel    = "gpu.model"
-	GPUCompute  = "gpu.compute_cap"
-	GPUDriver   = "gpu.driver"
-	hostKeyPref = "host."
-	gpuKeyPref  = "gpu."
+	osKey         = "host.os"
+	archKey       = "host.arch"
+	kernelKey     = "host.kernel"
+	cpuModelKey   = "host.cpu_model"
+	cpuFlagsKey   = "host.cpu_flags"
+	gpuModelKey   = "gpu.model"
+	gpuComputeKey = "gpu.compute_cap"
+	gpuDriverKey  = "gpu.driver"
 )
 
 // compared are the keys whose difference makes compiled kernels suspect.
-var compared = []string{OS, Arch, CPUModel, CPUFlags, GPUModel, GPUCompute, GPUDriver}
+var compared = []string{osKey, archKey, cpuModelKey, cpuFlagsKey, gpuModelKey, gpuComputeKey, gpuDriverKey}
 
 // Collect describes this machine.
 func Collect() map[string]string {
-	m := map[string]string{OS: runtime.GOOS, Arch: runtime.GOARCH}
+	m := map[string]string{osKey: runtime.GOOS, archKey: runtime.GOARCH}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m[Kernel] = strings.TrimSpace(string(b))
+		m[kernelKey] = strings.TrimSpace(string(b))
 	}
 	model, flags := cpuinfo("/proc/cpuinfo")
 	if model != "" {
-		m[CPUModel] = model
+		m[cpuModelKey] = model
 	}
 	if flags != "" {
-		m[CPUFlags] = flags
+		m[cpuFlagsKey] = flags
 	}
 	for k, v := range gpu() {
 		m[k] = v
@@ -101,9 +102,9 @@ func gpu() map[string]string {
 		return nil
 	}
 	return map[string]string{
-		GPUModel:   strings.TrimSpace(parts[0]),
-		GPUCompute: strings.TrimSpace(parts[1]),
-		GPUDriver:  strings.TrimSpace(parts[2]),
+		gpuModelKey:   strings.TrimSpace(parts[0]),
+		gpuComputeKey: strings.TrimSpace(parts[1]),
+		gpuDriverKey:  strings.TrimSpace(parts[2]),
 	}
 }
 
@@ -122,9 +123,4 @@ func Diff(recorded, local map[string]string) []string {
 		}
 	}
 	return d
-}
-
-// IsHostKey reports whether a metadata key belongs to this package.
-func IsHostKey(k string) bool {
-	return strings.HasPrefix(k, hostKeyPref) || strings.HasPrefix(k, gpuKeyPref)
 }

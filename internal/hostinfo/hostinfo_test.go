@@ -10,7 +10,7 @@ import (
 
 func TestCollectHasOSAndArch(t *testing.T) {
 	m := Collect()
-	if m[OS] != runtime.GOOS || m[Arch] != runtime.GOARCH {
+	if m[osKey] != runtime.GOOS || m[archKey] != runtime.GOARCH {
 		t.Fatalf("Collect() = %v", m)
 	}
 }
@@ -30,11 +30,11 @@ func TestDiff(t *testing.T) {
 		recorded, local map[string]string
 		want            []string
 	}{
-		{"same", map[string]string{Arch: "amd64", CPUModel: "x"}, map[string]string{Arch: "amd64", CPUModel: "x"}, nil},
-		{"cpu differs", map[string]string{CPUModel: "x", CPUFlags: "a"}, map[string]string{CPUModel: "y", CPUFlags: "a"}, []string{CPUModel}},
-		{"missing in recorded is no difference", map[string]string{}, map[string]string{GPUModel: "A100"}, nil},
-		{"gpu gone", map[string]string{GPUModel: "A100"}, map[string]string{}, []string{GPUModel}},
-		{"kernel not compared", map[string]string{Kernel: "5"}, map[string]string{Kernel: "6"}, nil},
+		{"same", map[string]string{archKey: "amd64", cpuModelKey: "x"}, map[string]string{archKey: "amd64", cpuModelKey: "x"}, nil},
+		{"cpu differs", map[string]string{cpuModelKey: "x", cpuFlagsKey: "a"}, map[string]string{cpuModelKey: "y", cpuFlagsKey: "a"}, []string{cpuModelKey}},
+		{"missing in recorded is no difference", map[string]string{}, map[string]string{gpuModelKey: "A100"}, nil},
+		{"gpu gone", map[string]string{gpuModelKey: "A100"}, map[string]string{}, []string{gpuModelKey}},
+		{"kernel not compared", map[string]string{kernelKey: "5"}, map[string]string{kernelKey: "6"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Diff(tc.recorded, tc.local); !reflect.DeepEqual(got, tc.want) {

@@ -27,6 +27,8 @@ test | bench)
 	pkg_for strace strace
 	pkg_for bc bc
 	pkg_for useradd passwd
+	pkg_for setpriv util-linux
+	pkg_for zsh zsh # the generated zsh completion is loaded by the CLI tests
 	pkg_for ip iproute2 # the multi-node test cluster (scripts/ci/nscluster-up.sh)
 	pkg_for tc iproute2
 	pkg_for nsenter util-linux

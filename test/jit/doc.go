@@ -1,4 +1,4 @@
-// Package jittest holds kbundle's end-to-end tests with real JIT
+// Package jit holds kbundle's end-to-end tests with real JIT
 // frameworks from Debian (python3-numba, python3-pyopencl on
 // pocl-opencl-icd, run with /usr/bin/python3): a warm-up fills a cache,
 // the bundle is loaded under real Open MPI and MPICH launchers, and every
@@ -10,4 +10,4 @@
 // the user's own caches (every cache variable points into the test's
 // temporary directories) and never leave processes behind (launches go
 // through internal/testutil, which kills the process group on timeout).
-package jittest
+package jit

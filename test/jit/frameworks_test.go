@@ -1,4 +1,4 @@
-package jittest
+package jit
 
 import (
 	"fmt"
@@ -160,6 +160,7 @@ func TestInductor(t *testing.T) {
 	if err := os.RemoveAll(cacheDir); err != nil {
 		t.Fatal(err)
 	}
+	t.Run("another compiler name", func(t *testing.T) { inductorOtherCompiler(t, py, script, bundlePath, cold.Functions) })
 	for _, v := range testutil.MPIVariants {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", v, n), func(t *testing.T) {
@@ -243,5 +244,26 @@ func TestCheckBroken(t *testing.T) {
 	_, stderr, code = testutil.Run(t, nil, kb, "warm", "--dir", filepath.Join(t.TempDir(), "c2"), "--preset", "tack", "--check", "--", "sh", "-c", good)
 	if code != 0 || !strings.Contains(stderr, "kbundle: check: reused") {
 		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
+
+// inductorOtherCompiler measures what docs/presets.md says: the C++
+// compiler Inductor runs is part of the FX graph cache key, by name: the
+// same GCC called c++ instead of g++ (the default) misses every graph.
+// (One process, no MPI, on its own extracted copy.)
+func inductorOtherCompiler(t *testing.T, py, script, bundlePath string, functions int) {
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	dest := filepath.Join(t.TempDir(), "copy")
+	if _, stderr, code := testutil.Run(t, nil, kb, "extract", bundlePath, dest); code != 0 {
+		t.Fatalf("extract: %s", stderr)
+	}
+	p, _ := warmup.Lookup("inductor")
+	stdout, stderr, code := testutil.Run(t, append(p.Env(dest), "CXX=c++"), py, script)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	r := jsonLines[inductorResult](t, stdout)
+	if len(r) != 1 || r[0].FXMisses != functions || r[0].FXHits != 0 {
+		t.Errorf("with CXX=c++: %+v; docs/presets.md says every graph misses", r)
 	}
 }

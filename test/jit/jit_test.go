@@ -1,4 +1,4 @@
-package jittest
+package jit
 
 import (
 	"bufio"

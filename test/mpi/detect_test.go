@@ -1,4 +1,4 @@
-package mpitest
+package mpi
 
 import (
 	"context"
@@ -64,6 +64,7 @@ func TestDetectLive(t *testing.T) {
 type liveLine struct {
 	commRank, commSize int
 	d                  detect.Result
+	mode               detect.Mode // kbundle detect prints the mode beside the launcher facts
 }
 
 func parseLive(t *testing.T, out string) []liveLine {
@@ -83,6 +84,13 @@ func parseLive(t *testing.T, out string) []liveLine {
 		l.commRank, err1 = strconv.Atoi(f[0])
 		l.commSize, err2 = strconv.Atoi(f[1])
 		err3 := json.Unmarshal([]byte(f[2]), &l.d)
+		if err3 == nil {
+			var m struct {
+				Mode detect.Mode `json:"mode"`
+			}
+			err3 = json.Unmarshal([]byte(f[2]), &m)
+			l.mode = m.Mode
+		}
 		if err1 != nil || err2 != nil || err3 != nil {
 			t.Fatalf("malformed line %q: %v %v %v", line, err1, err2, err3)
 		}
@@ -96,7 +104,7 @@ func checkLive(t *testing.T, out string, np int, family string) {
 	seen := make([]bool, np)
 	n := 0
 	for _, l := range parseLive(t, out) {
-		commRank, commSize, d := l.commRank, l.commSize, l.d
+		commRank, commSize, d, mode := l.commRank, l.commSize, l.d, l.mode
 		n++
 		if commSize != np || commRank < 0 || commRank >= np || seen[commRank] {
 			t.Fatalf("MPI says rank %d of %d (np %d, seen %v)", commRank, commSize, np, seen)
@@ -106,9 +114,9 @@ func checkLive(t *testing.T, out string, np int, family string) {
 		if np > 1 {
 			wantMode = "bundle"
 		}
-		if string(d.Launcher) != family || d.MPI != (np > 1) || d.Rank != commRank || d.Size != commSize || string(d.Mode) != wantMode {
+		if string(d.Launcher) != family || d.MPI != (np > 1) || d.Rank != commRank || d.Size != commSize || string(mode) != wantMode {
 			t.Errorf("rank %d of %d: detect says launcher=%s mpi=%v rank %d of %d mode %s (%s); want %s mpi=%v rank %d of %d mode %s",
-				commRank, commSize, d.Launcher, d.MPI, d.Rank, d.Size, d.Mode, d.Reason, family, np > 1, commRank, commSize, wantMode)
+				commRank, commSize, d.Launcher, d.MPI, d.Rank, d.Size, mode, d.Reason, family, np > 1, commRank, commSize, wantMode)
 		}
 		if w := detect.CheckComm(d, commRank, commSize); w != "" {
 			t.Errorf("rank %d: CheckComm warns on a consistent launch: %s", commRank, w)

@@ -1,4 +1,4 @@
-package mpitest
+package mpi
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 )
 
 // otherUID returns the uid of a user other than the current one,
@@ -51,9 +52,8 @@ var failCases = []failCase{
 		return []string{"--bundle", file}
 	}, 3, "no such file or directory"},
 	{"bit flipped", func(t *testing.T, file, dest string) []string {
-		b, _ := os.ReadFile(file)
-		b[len(b)/2] ^= 0x04
-		os.WriteFile(file, b, 0o600)
+		fi, _ := os.Stat(file)
+		tree.Flip(t, file, fi.Size()/2)
 		return []string{"--bundle", file}
 	}, 3, "no usable bundle"},
 	{"truncated", func(t *testing.T, file, dest string) []string {

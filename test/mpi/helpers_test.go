@@ -1,4 +1,4 @@
-package mpitest
+package mpi
 
 import (
 	"context"
@@ -6,8 +6,8 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 )
 
 // makeTree writes a small cache tree with varied modes, nested and empty
@@ -36,45 +37,28 @@ func makeTree(t *testing.T) string {
 		{"numba/mod.1.nbc", 0, 0o644},
 		{"top.txt", 12, 0o444},
 	}
+	spec := tree.Spec{}
 	for i, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
 		b := make([]byte, f.size)
 		for j := range b {
 			b[j] = byte(rng.IntN(16)) // compressible but not trivial
 		}
-		if strings.HasPrefix(filepath.Base(f.name), "__grp__") {
+		if strings.HasPrefix(path.Base(f.name), "__grp__") {
 			// A Triton group file names its children by absolute path.
-			b = []byte(`{"child_paths": {"kernel.cubin": "` + filepath.Join(filepath.Dir(p), "kernel.cubin") + `"}}`)
+			b = []byte(`{"child_paths": {"kernel.cubin": "` + filepath.Join(dir, filepath.FromSlash(path.Dir(f.name)), "kernel.cubin") + `"}}`)
 		}
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
-			t.Fatal(err)
-		}
-		mt := time.Unix(1700000000+int64(i), int64(123456789+i))
-		if err := os.Chtimes(p, mt, mt); err != nil {
-			t.Fatal(err)
-		}
+		spec[f.name] = tree.File{Data: string(b), Mode: f.mode, MTime: time.Unix(1700000000+int64(i), int64(123456789+i))}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "empty", "dir"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	// Directory mtimes last, deepest first.
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && p != dir {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
+	spec["empty/dir"] = tree.File{Dir: true, Mode: 0o750}
+	// Directory mtimes, deepest first as before.
+	dirs := []string{"empty", "empty/dir", "numba", "triton", "triton/abc123", "triton/def456"}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		mt := time.Unix(1600000000+int64(i), 987654321)
-		os.Chtimes(dirs[i], mt, mt)
+		f := spec[dirs[i]]
+		f.Dir = true
+		f.MTime = time.Unix(1600000000+int64(i), 987654321)
+		spec[dirs[i]] = f
 	}
+	tree.Write(t, dir, spec)
 	return dir
 }
 
@@ -94,51 +78,11 @@ func packTree(t *testing.T, tree string) string {
 }
 
 // sameTrees compares two trees: kinds, permissions, nanosecond mtimes
-// (files and directories) and content; skip names only mode and kind.
+// (files and directories) and content; skip names only mode and kind
+// (tree.Same, the one definition every package uses).
 func sameTrees(t *testing.T, want, got string, skipContent ...string) {
 	t.Helper()
-	seen := map[string]bool{}
-	err := filepath.WalkDir(want, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == want {
-			return err
-		}
-		rel, _ := filepath.Rel(want, p)
-		seen[rel] = true
-		wi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		gi, err := os.Lstat(filepath.Join(got, rel))
-		if err != nil {
-			t.Errorf("%s: %v", rel, err)
-			return nil
-		}
-		if wi.Mode() != gi.Mode() {
-			t.Errorf("%s: mode %v, want %v", rel, gi.Mode(), wi.Mode())
-		}
-		if !wi.ModTime().Equal(gi.ModTime()) && !slices.Contains(skipContent, filepath.ToSlash(rel)) {
-			t.Errorf("%s: mtime %v, want %v", rel, gi.ModTime(), wi.ModTime())
-		}
-		if !d.IsDir() && !slices.Contains(skipContent, filepath.ToSlash(rel)) {
-			wb, _ := os.ReadFile(p)
-			gb, err := os.ReadFile(filepath.Join(got, rel))
-			if err != nil || string(wb) != string(gb) {
-				t.Errorf("%s: content differs (%v)", rel, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	filepath.WalkDir(got, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && p != got {
-			if rel, _ := filepath.Rel(got, p); !seen[rel] {
-				t.Errorf("%s: not in the source tree", rel)
-			}
-		}
-		return nil
-	})
+	tree.Same(t, want, got, tree.Options{Mtimes: true, SkipContent: skipContent})
 }
 
 // rankWrapper writes a script that runs its arguments and records the

@@ -1,4 +1,4 @@
-package mpitest
+package mpi
 
 import (
 	"fmt"

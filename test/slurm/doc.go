@@ -1,4 +1,4 @@
-// Package slurmtest holds end-to-end tests of kbundle under a real Slurm
+// Package slurm holds end-to-end tests of kbundle under a real Slurm
 // (the one-machine cluster that scripts/ci/slurm-up.sh starts) and checks of
 // the shipped job scripts in scripts/slurm and scripts/pbs: lint (bash -n,
 // shellcheck), submission with sbatch, and a PBS smoke test under a stand-in
@@ -13,4 +13,4 @@
 // unless KBUNDLE_TEST_SLURM=1, which makes them fail instead; the PBS smoke
 // test needs real MPI (KBUNDLE_TEST_MPI); the lint test needs shellcheck
 // (required when KBUNDLE_TEST_SLURM=1).
-package slurmtest
+package slurm

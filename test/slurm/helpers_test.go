@@ -1,4 +1,4 @@
-package slurmtest
+package slurm
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 )
 
 // Bounds on every wait: a hang is a failure.
@@ -245,77 +245,23 @@ func checkDetections(t *testing.T, ds []detection, np int, launcher string, mpi 
 // folders, text and binary files, an empty file, distinct permissions.
 func makeCache(t *testing.T, dir string) {
 	t.Helper()
-	files := map[string]string{
-		"index.json":               `{"version":1,"kernels":3}`,
-		"ab/abcdef0123.ptx":        strings.Repeat("// ptx kernel text\n.visible .entry k0()\n", 50),
-		"ab/abcdef0123.cubin":      string(bytes.Repeat([]byte{0x7f, 'E', 'L', 'F', 0, 1, 2, 3}, 300)),
-		"cd/cd01/kernel.so":        string(bytes.Repeat([]byte{0, 0xff, 0x10}, 1000)),
-		"cd/cd01/kernel.json":      `{"name":"k1","num_warps":4}`,
-		"empty":                    "",
-		"deep/a/b/c/d/e/leaf.llir": "define void @k() { ret void }\n",
-	}
-	for name, content := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		mode := os.FileMode(0o644)
-		if strings.HasSuffix(name, ".so") {
-			mode = 0o755
-		}
-		if err := os.WriteFile(p, []byte(content), mode); err != nil {
-			t.Fatal(err)
-		}
-	}
+	tree.Write(t, dir, tree.Spec{
+		"index.json":               {Data: `{"version":1,"kernels":3}`},
+		"ab/abcdef0123.ptx":        {Data: strings.Repeat("// ptx kernel text\n.visible .entry k0()\n", 50)},
+		"ab/abcdef0123.cubin":      {Data: string(bytes.Repeat([]byte{0x7f, 'E', 'L', 'F', 0, 1, 2, 3}, 300))},
+		"cd/cd01/kernel.so":        {Data: string(bytes.Repeat([]byte{0, 0xff, 0x10}, 1000)), Mode: 0o755},
+		"cd/cd01/kernel.json":      {Data: `{"name":"k1","num_warps":4}`},
+		"empty":                    {},
+		"deep/a/b/c/d/e/leaf.llir": {Data: "define void @k() { ret void }\n"},
+	})
 }
 
 // sameTree asserts dest holds exactly src's files and folders with the same
-// contents and permission bits.
+// contents and permission bits (tree.Same; mtimes are not compared here,
+// as this helper never did).
 func sameTree(t *testing.T, src, dest string) {
 	t.Helper()
-	list := func(root string) map[string]string {
-		m := map[string]string{}
-		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			rel, _ := filepath.Rel(root, p)
-			if rel == "." {
-				return nil
-			}
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			desc := info.Mode().String()
-			if info.Mode().IsRegular() {
-				b, err := os.ReadFile(p)
-				if err != nil {
-					return err
-				}
-				desc += " " + strconv.Quote(string(b))
-			}
-			m[rel] = desc
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("walk %s: %v", root, err)
-		}
-		return m
-	}
-	a, b := list(src), list(dest)
-	for k, v := range a {
-		if w, ok := b[k]; !ok {
-			t.Errorf("%s: missing in %s", k, dest)
-		} else if v != w {
-			t.Errorf("%s: differs in %s: want %.80s, got %.80s", k, dest, v, w)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			t.Errorf("%s: in %s but not in the source", k, dest)
-		}
-	}
+	tree.Same(t, src, dest, tree.Options{})
 }
 
 // pack makes a bundle of src at out with kb (`kbundle pack`).
@@ -334,10 +280,10 @@ func damage(t *testing.T, bundle, out string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)/2] ^= 0x01
 	if err := os.WriteFile(out, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	tree.Flip(t, out, int64(len(b)/2))
 }
 
 // localDir is the scripts' default node-local destination for a job id:

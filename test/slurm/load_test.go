@@ -1,4 +1,4 @@
-package slurmtest
+package slurm
 
 import (
 	"fmt"

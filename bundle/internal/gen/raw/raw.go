@@ -27,6 +27,7 @@ const (
 	KindFile    = 2
 )
 
+// Magic and EndMagic open and close every bundle (docs/FORMAT.md).
 var (
 	Magic    = [8]byte{0x89, 'K', 'B', 'N', 'D', 'L', '\r', '\n'}
 	EndMagic = [8]byte{'K', 'B', 'N', 'D', 'E', 'N', 'D', '\n'}
@@ -386,7 +387,11 @@ func Decode(in []byte) (*Bundle, error) {
 	return b, nil
 }
 
-// U16, U32 and U64 return pointers, for the override fields.
+// U16 returns a pointer to v, for the override fields.
 func U16(v uint16) *uint16 { return &v }
+
+// U32 returns a pointer to v, for the override fields.
 func U32(v uint32) *uint32 { return &v }
+
+// U64 returns a pointer to v, for the override fields.
 func U64(v uint64) *uint64 { return &v }

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/urfave/cli/v2"
+)
+
+// flagsFirst moves a command's flags in front of its arguments, so that
+// `kbundle extract FILE DEST --force` parses like `kbundle extract --force
+// FILE DEST` (urfave/cli stops at the first argument). Everything after
+// "--" stays an argument. Commands that run another program (warm: its
+// CMD's flags are its own) are left alone, as is anything before the
+// command's name.
+func flagsFirst(app *cli.App, args []string) []string {
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		i++ // global flags
+	}
+	if i >= len(args) {
+		return args
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil || cmd.SkipFlagParsing || cmd.Name == "warm" || cmd.Name == "help" {
+		return args
+	}
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, rest []string
+	dashdash := false
+	tail := args[i+1:]
+	for k := 0; k < len(tail); k++ {
+		a := tail[k]
+		switch {
+		case a == "--":
+			dashdash = true
+			rest = append(rest, tail[k+1:]...)
+			k = len(tail)
+		case len(a) > 1 && a[0] == '-':
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") && takesValue[name] && k+1 < len(tail) {
+				k++
+				flags = append(flags, tail[k])
+			}
+		default:
+			rest = append(rest, a)
+		}
+	}
+	out := append(append([]string{}, args[:i+1]...), flags...)
+	if dashdash {
+		out = append(out, "--")
+	}
+	return append(out, rest...)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/urfave/cli/v2"
+)
+
+// human formats a byte count with a binary unit.
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// ratio is raw/packed, 0 for an empty bundle.
+func ratio(raw, packed int64) float64 {
+	if packed == 0 {
+		return 0
+	}
+	return float64(raw) / float64(packed)
+}
+
+// plural gives "1 file", "2 files", "0 directories".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// elapsed rounds a duration for a summary line: ms below a minute.
+func elapsed(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// safe returns s unchanged when it is valid UTF-8 without control,
+// format (bidi overrides) or other non-printing characters and does not
+// start with a double quote, and Go-quoted otherwise, so that a bundle's names and metadata, or a path,
+// can never move the cursor, clear the screen, fake a line or reverse
+// text on the terminal of whoever lists them.
+func safe(s string) string {
+	if utf8.ValidString(s) && !strings.HasPrefix(s, `"`) && !strings.ContainsFunc(s, func(r rune) bool {
+		return !unicode.IsPrint(r) && r != ' '
+	}) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// cut shortens s to at most n runes, ending it with "…" when cut.
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// say prints one "kbundle: ..." line on stderr unless --quiet.
+func say(c *cli.Context, format string, a ...any) {
+	if c.Bool("quiet") {
+		return
+	}
+	fmt.Fprintf(c.App.ErrWriter, "kbundle: "+format+"\n", a...)
+}
+
+// warn prints one "kbundle: warning: ..." line on stderr, even with --quiet.
+func warn(c *cli.Context, format string, a ...any) {
+	fmt.Fprintf(c.App.ErrWriter, "kbundle: warning: "+format+"\n", a...)
+}
+
+// writeJSON writes v as one indented JSON object and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
