@@ -54,5 +54,10 @@ test:
 bench: build
 	scripts/bench/bench.sh
 
+# kbundle load against per-rank reads, sbcast+extract and a raw MPI_Bcast on
+# a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
+bench-nodes: build
+	scripts/bench/nodes.sh
+
 clean:
 	rm -rf $(BIN) out
