@@ -258,8 +258,20 @@ func TestExtractRefusesNonEmptyDest(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
 		t.Fatal("old content touched")
 	}
+	// --force replaces only a tree kbundle installed (W5).
+	if _, err := rc.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrDestination) ||
+		!strings.Contains(err.Error(), InstalledMarker) {
+		t.Fatalf("force over a tree kbundle did not install: %v, want ErrDestination naming %s", err, InstalledMarker)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "old")); err != nil {
+		t.Fatal("old content touched by --force")
+	}
+	os.Remove(filepath.Join(dest, "old"))
+	if _, err := rc.Extract(context.Background(), dest, nil); err != nil {
+		t.Fatal(err) // empty: used
+	}
 	if _, err := rc.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
-		t.Fatal(err)
+		t.Fatal(err) // installed by kbundle: replaced
 	}
 	sameTree(t, src, dest)
 	if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != 1 {

@@ -333,8 +333,9 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.WriteFile(dest, []byte("precious"), 0o600)
 		for _, force := range []bool{false, true} {
-			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) || !strings.Contains(err.Error(), dest) {
-				t.Fatalf("force=%v: %v, want ErrExist naming %s", force, err, dest)
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrDestination) ||
+				!strings.Contains(err.Error(), dest) || !strings.Contains(err.Error(), "not a directory") {
+				t.Fatalf("force=%v: %v, want ErrDestination naming %s", force, err, dest)
 			}
 		}
 		if b, _ := os.ReadFile(dest); string(b) != "precious" {
@@ -349,8 +350,9 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Symlink(target, dest)
 		for _, force := range []bool{false, true} {
-			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrExist) {
-				t.Fatalf("force=%v: %v, want ErrExist", force, err)
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force}); !errors.Is(err, ErrDestination) ||
+				!strings.Contains(err.Error(), "symlink") {
+				t.Fatalf("force=%v: %v, want ErrDestination saying it is a symlink", force, err)
 			}
 		}
 		if fi, err := os.Lstat(dest); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
@@ -368,8 +370,8 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		target := filepath.Join(t.TempDir(), "nowhere")
 		os.Symlink(target, dest)
-		if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrExist) {
-			t.Fatalf("%v, want ErrExist", err)
+		if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrDestination) {
+			t.Fatalf("%v, want ErrDestination", err)
 		}
 		if _, err := os.Lstat(target); err == nil {
 			t.Fatal("created the symlink's target")
@@ -422,13 +424,14 @@ func TestExtractDestinations(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Mkdir(dest, 0o700)
 		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o600)
+		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
 		if _, err := bad.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrChecksum) {
 			t.Fatalf("%v, want ErrChecksum", err)
 		}
 		if b, _ := os.ReadFile(filepath.Join(dest, "old")); string(b) != "old" {
 			t.Fatal("old tree damaged")
 		}
-		if ents, _ := os.ReadDir(dest); len(ents) != 1 {
+		if ents, _ := os.ReadDir(dest); len(ents) != 2 {
 			t.Fatalf("dest now holds %v", ents)
 		}
 		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {

@@ -3,6 +3,7 @@ package bundle
 import (
 	"errors"
 	"fmt"
+	"syscall"
 )
 
 // Sentinel errors. Every error returned by this package that is about a
@@ -24,6 +25,15 @@ var (
 	ErrUntrusted = errors.New("untrusted")
 	// ErrExist: extraction destination exists and is not empty.
 	ErrExist = errors.New("destination exists and is not empty")
+	// ErrDestination: the extraction destination cannot be used: a
+	// symlink, a file, a mount point, another user's directory, a tree
+	// kbundle did not install (for Force), or a parent directory others
+	// can write. The message says which, and what to do.
+	ErrDestination = errors.New("destination refused")
+	// ErrNoSpace: the bundle's declared size or entry count does not fit
+	// in the free space or inodes at the destination (checked before
+	// anything is written). It matches syscall.ENOSPC too.
+	ErrNoSpace = fmt.Errorf("not enough space at the destination: %w", syscall.ENOSPC)
 )
 
 // Error is the error type of this package: what went wrong (Err, one of the

@@ -100,6 +100,20 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 			s.removeCreated()
 		}
 	}()
+	// Whoever can write dest's parent (or a directory above it) can swap
+	// the extracted tree after we installed it, with their own kernels
+	// (W1): the parent is held to the bundle's trust rules.
+	if err := checkTrustDir(s.parent); err != nil {
+		var e *Error
+		if errors.As(err, &e) && errors.Is(err, ErrUntrusted) {
+			return nil, &Error{File: e.File, Err: ErrDestination, Msg: "untrusted place to extract to: " + e.Msg +
+				"; whoever can write it could replace the extracted tree with their own"}
+		}
+		return nil, fmt.Errorf("cannot extract into %s: %w", s.parent, err)
+	}
+	if err := r.checkSpace(s.parent); err != nil {
+		return nil, err
+	}
 	RemoveStale(s.parent) // best effort: a failure here must not stop the load
 	tempsMu.Lock()
 	s.tmp, err = os.MkdirTemp(s.parent, tempPattern(filepath.Base(dest)))
@@ -118,6 +132,9 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	}()
 	s.res, err = r.extractInto(ctx, s.tmp, opt)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.writeMarker(s.tmp); err != nil {
 		return nil, err
 	}
 	s.res.Dest = dest
@@ -236,32 +253,112 @@ func (s *Staged) removeCreated() {
 	}
 }
 
-// checkDest decides whether dest may be written: it may be missing or an
-// empty directory; a non-empty one only with force (then replace is true).
+// InstalledMarker is the file kbundle writes at the top of every tree it
+// extracts. Force replaces only a destination that holds it: kbundle never
+// deletes a directory it did not install (W5).
+const InstalledMarker = ".kbundle-installed"
+
+// writeMarker writes InstalledMarker into the staged tree.
+func (r *Reader) writeMarker(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
+	}
+	_, err = fmt.Fprintf(f, "kbundle installed this tree from a bundle with digest xxh3-128:%s.\n"+
+		"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkDest decides whether dest may be written, before any work: it may
+// be missing or an empty directory of ours; a non-empty one only with
+// force, and only when kbundle installed it (InstalledMarker); then replace
+// is true. A symlink, a file, a mount point or another user's directory is
+// refused (ErrDestination) whatever force says.
 func checkDest(dest string, force bool) (replace bool, err error) {
-	fi, err := os.Lstat(dest)
-	if errors.Is(err, fs.ErrNotExist) {
+	var st unix.Stat_t
+	err = unix.Lstat(dest, &st)
+	if errors.Is(err, unix.ENOENT) {
 		return false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, &os.PathError{Op: "lstat", Path: dest, Err: err}
 	}
-	if !fi.IsDir() {
-		return false, &Error{File: dest, Err: ErrExist, Msg: "it is not a directory; remove it or choose another destination"}
+	refuse := func(msg string) (bool, error) { return false, &Error{File: dest, Err: ErrDestination, Msg: msg} }
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		return refuse("it is a symlink, which kbundle neither follows nor replaces; give the directory it points to, or another destination")
+	default:
+		return refuse("it is not a directory; remove it or choose another destination")
 	}
-	f, err := os.Open(dest)
+	if me := uint32(os.Geteuid()); st.Uid != me {
+		return refuse(fmt.Sprintf("it is owned by uid %d%s, not by you (uid %d): kbundle does not write into or replace another user's directory; choose another destination",
+			st.Uid, userName(st.Uid), me))
+	}
+	var pst unix.Stat_t
+	if err := unix.Stat(filepath.Dir(dest), &pst); err == nil && pst.Dev != st.Dev {
+		return refuse("it is a mount point: kbundle installs a tree by renaming it into place, which cannot replace a mount point; extract into a directory inside it, such as " +
+			filepath.Join(dest, "kbundle"))
+	}
+	fd, err := unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false, err
+		return false, &os.PathError{Op: "open", Path: dest, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), dest) // owns fd from here
+	defer f.Close()
 	names, _ := f.Readdirnames(1)
-	f.Close()
 	if len(names) == 0 {
 		return false, nil
 	}
 	if !force {
-		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it"}
+		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it (only a tree kbundle installed; everything in it is deleted)"}
+	}
+	var mst unix.Stat_t
+	if err := unix.Fstatat(fd, InstalledMarker, &mst, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
+		mst.Mode&unix.S_IFMT != unix.S_IFREG || mst.Uid != st.Uid {
+		return refuse("kbundle did not install this directory (it holds no " + InstalledMarker +
+			"), so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination")
 	}
 	return true, nil
+}
+
+// checkSpace compares what the bundle unpacks to (its files rounded up to
+// the file system's blocks, one block per directory) and its entry count
+// with the free space and inodes where it is to be extracted, before
+// anything is written: a small bundle whose files share one content can
+// declare terabytes (W4).
+func (r *Reader) checkSpace(dir string) error {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(dir, &sf); err != nil || sf.Bsize <= 0 {
+		return nil // cannot tell: extraction will say ENOSPC if it comes to that
+	}
+	bs := uint64(sf.Bsize)
+	var need uint64
+	for i := range r.ix.entries {
+		e := &r.ix.entries[i]
+		need += (uint64(e.Size) + bs - 1) / bs * bs
+		if e.Dir {
+			need += bs
+		}
+	}
+	entries := uint64(len(r.ix.entries)) + 2 // the entries, the marker, the top directory
+	if free := sf.Bavail * bs; need > free {
+		return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle unpacks to %d bytes in %d entries, and its file system has %d bytes free; free some space or extract elsewhere",
+			need, len(r.ix.entries), free)}
+	}
+	if sf.Files > 0 && entries > sf.Ffree {
+		return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle has %d entries, and its file system has %d inodes free; free some or extract elsewhere",
+			len(r.ix.entries), sf.Ffree)}
+	}
+	return nil
 }
 
 // missingAncestor returns the topmost of dir and its ancestors that does
@@ -327,22 +424,22 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 			return nil
 		},
 		func(b *blob, rd io.Reader) error {
+			// The first copy is written from the stream and kept open;
+			// the others are copied from that descriptor, and its mode
+			// is set last, so a mode without owner-read (0000, 0200)
+			// cannot stop the copies (B7).
 			first := r.entry(b.entries[0])
-			if err := copyNew(root, first, rd); err != nil {
-				return err
-			}
-			for _, i := range b.entries[1:] {
-				src, err := root.Open(first.Name)
-				if err != nil {
-					return wrap(first, err)
-				}
-				err = copyNew(root, r.entry(i), src)
-				src.Close()
-				if err != nil {
+			return createFile(root, first, os.O_RDWR, func(f *os.File) error {
+				if _, err := io.Copy(f, rd); err != nil {
 					return err
 				}
-			}
-			return nil
+				for _, i := range b.entries[1:] {
+					if err := copyNew(root, r.entry(i), io.NewSectionReader(f, 0, first.Size)); err != nil {
+						return wrap(r.entry(i), err)
+					}
+				}
+				return nil
+			})
 		}, progress)
 	if err != nil {
 		return nil, err
@@ -367,7 +464,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 
 // writeNew creates the file of e with data, its mode and mtime.
 func writeNew(root *os.Root, e *Entry, data []byte) error {
-	return createFile(root, e, func(f *os.File) error {
+	return createFile(root, e, os.O_WRONLY, func(f *os.File) error {
 		_, err := f.Write(data)
 		return err
 	})
@@ -375,22 +472,23 @@ func writeNew(root *os.Root, e *Entry, data []byte) error {
 
 // copyNew creates the file of e with rd's bytes, its mode and mtime.
 func copyNew(root *os.Root, e *Entry, rd io.Reader) error {
-	return createFile(root, e, func(f *os.File) error {
+	return createFile(root, e, os.O_WRONLY, func(f *os.File) error {
 		_, err := io.Copy(f, rd)
 		return err
 	})
 }
 
-// createFile creates a new file through root, fills it, then sets its
-// mode and mtime on the open descriptor (no second path lookup).
-func createFile(root *os.Root, e *Entry, fill func(*os.File) error) error {
-	f, err := root.OpenFile(e.Name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+// createFile creates a new file through root (opened with access, O_WRONLY
+// or O_RDWR), fills it, then sets its mode and mtime on the open
+// descriptor (no second path lookup).
+func createFile(root *os.Root, e *Entry, access int, fill func(*os.File) error) error {
+	f, err := root.OpenFile(e.Name, access|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	err = fill(f)
 	if err == nil {
-		err = f.Chmod(e.Mode.Perm())
+		err = f.Chmod(extractPerm(e.Mode))
 	}
 	if err == nil {
 		err = futimens(f, e.ModTime)
@@ -401,9 +499,18 @@ func createFile(root *os.Root, e *Entry, fill func(*os.File) error) error {
 	return err
 }
 
-// futimens sets f's access and modification times to t, in nanoseconds.
+// extractPerm is the mode an entry is given: its permission bits without
+// group and other write (W8). Others never get to write a tree kbundle
+// extracted, whatever the bundle says; the rest (including modes without
+// owner access, as tar keeps them) is restored as recorded.
+func extractPerm(m fs.FileMode) fs.FileMode { return m.Perm() &^ 0o022 }
+
+// futimens sets f's access and modification times to t, in nanoseconds,
+// from its seconds and nanoseconds (t.UnixNano overflows outside
+// 1678..2262 and would give another date: B8).
 func futimens(f *os.File, t time.Time) error {
-	ts := [2]unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	tt := unix.Timespec{Sec: t.Unix(), Nsec: int64(t.Nanosecond())}
+	ts := [2]unix.Timespec{tt, tt}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
@@ -422,9 +529,19 @@ func futimens(f *os.File, t time.Time) error {
 	return serr
 }
 
+// setAttrs sets a directory's mtime and mode on its descriptor (the mtime
+// first: a mode without owner access would stop the open).
 func setAttrs(root *os.Root, e *Entry) error {
-	if err := root.Chmod(e.Name, e.Mode.Perm()); err != nil {
+	f, err := root.Open(e.Name)
+	if err != nil {
 		return err
 	}
-	return root.Chtimes(e.Name, e.ModTime, e.ModTime)
+	err = futimens(f, e.ModTime)
+	if err == nil {
+		err = f.Chmod(extractPerm(e.Mode))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

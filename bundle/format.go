@@ -3,6 +3,7 @@ package bundle
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"math"
 	"path"
@@ -84,6 +85,10 @@ const (
 	MetaGPUCompute = "gpu.compute_cap" // its compute capability
 	MetaGPUDriver  = "gpu.driver"      // its driver version
 )
+
+// unixToInternal is the seconds from year 1 to 1970: a time.Time counts
+// from year 1 in an int64, so later Unix times do not fit.
+const unixToInternal = (1969*365 + 1969/4 - 1969/100 + 1969/400) * 86400
 
 // Entry describes one directory or regular file of a bundle.
 type Entry struct {
@@ -348,7 +353,13 @@ func parseIndex(b []byte) (*index, error) {
 		if nsec >= 1e9 {
 			return nil, &Error{Entry: name, Err: ErrFormat, Msg: "mtime nanoseconds out of range"}
 		}
-		e := Entry{Name: name, Mode: fs.FileMode(mode), ModTime: time.Unix(sec, int64(nsec))}
+		mt := time.Unix(sec, int64(nsec))
+		if sec > math.MaxInt64-unixToInternal {
+			// Beyond what a time.Time holds (about ±292 billion years):
+			// refused rather than wrapped into another date.
+			return nil, &Error{Entry: name, Err: ErrFormat, Msg: fmt.Sprintf("mtime %d s is out of range", sec)}
+		}
+		e := Entry{Name: name, Mode: fs.FileMode(mode), ModTime: mt}
 		switch kind {
 		case kindDir:
 			e.Dir = true

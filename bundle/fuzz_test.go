@@ -445,7 +445,9 @@ func hugeEntryChild(t *testing.T) {
 		before := totalAlloc()
 		err := read.fn()
 		used := totalAlloc() - before
-		if !errors.Is(err, ErrChecksum) {
+		// Extract refuses at once when the declared size does not fit
+		// (ErrNoSpace, W4); where it fits, it fails at the first segment.
+		if !errors.Is(err, ErrChecksum) && !(read.name == "Extract" && errors.Is(err, ErrNoSpace)) {
 			t.Errorf("%s: %v, want ErrChecksum", read.name, err)
 		}
 		if used > limit {

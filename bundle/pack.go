@@ -46,7 +46,8 @@ type PackResult struct {
 	PackedBytes int64 // the bundle's size
 	Segments    int
 	// Skipped lists what was not stored, as "symlink a/b (points outside
-	// the directory)", "socket s", ...
+	// the directory)", "socket s", ... (names through Printable, as in
+	// Copied and Writable)
 	Skipped []string
 	// Copied lists the symlinks stored as copies of the regular file they
 	// point to inside the directory ("a/libz.so -> libz.so.1"); identical
@@ -269,6 +270,9 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		if rel != "" {
 			r = rel + "/" + name
 		}
+		if rel == "" && name == InstalledMarker {
+			continue // kbundle's own mark in a tree it extracted, not content
+		}
 		abs := filepath.Join(t.root, filepath.FromSlash(r))
 		if abs == t.out || (filepath.Dir(abs) == outDir && strings.HasPrefix(name, tmpPre)) {
 			continue
@@ -327,7 +331,7 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 			t.links[r] = target
 			t.linkOrder = append(t.linkOrder, r)
 		default:
-			t.res.Skipped = append(t.res.Skipped, kindName(fs.FileMode(0).Type()|modeType(kind))+" "+r)
+			t.res.Skipped = append(t.res.Skipped, kindName(fs.FileMode(0).Type()|modeType(kind))+" "+Printable(r))
 		}
 	}
 	return nil
@@ -340,7 +344,7 @@ func (t *treeWalk) note(pf *packFile, st *unix.Stat_t, what, abs string) {
 		t.newest = pf.mtime
 	}
 	if msg := t.pol.statProblem(what, abs, st); msg != "" {
-		t.res.Writable = append(t.res.Writable, pf.rel+": "+msg)
+		t.res.Writable = append(t.res.Writable, Printable(pf.rel)+": "+msg)
 	}
 }
 
@@ -368,14 +372,14 @@ func (t *treeWalk) resolveLinks() {
 	for _, l := range t.linkOrder {
 		target, why := t.resolve(l)
 		if why != "" {
-			t.res.Skipped = append(t.res.Skipped, "symlink "+l+" ("+why+")")
+			t.res.Skipped = append(t.res.Skipped, "symlink "+Printable(l)+" ("+why+")")
 			continue
 		}
 		f := t.files[t.byRel[target]]
 		f.rel = l
 		t.files = append(t.files, f)
 		t.res.RawBytes += f.size
-		t.res.Copied = append(t.res.Copied, l+" -> "+t.links[l])
+		t.res.Copied = append(t.res.Copied, Printable(l)+" -> "+Printable(t.links[l]))
 	}
 }
 

@@ -67,6 +67,7 @@ func TestStageInstallAbort(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Mkdir(dest, 0o755)
 		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
+		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)
@@ -90,6 +91,7 @@ func TestStageInstallAbort(t *testing.T) {
 		dest := filepath.Join(parent, "dest")
 		os.Mkdir(dest, 0o755)
 		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
+		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)

@@ -181,6 +181,8 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if _, err := rc.Extract(ctx, res.Copy, nil); err != nil {
 		return nil, fmt.Errorf("check: extracting %s: %w", bpath, err)
 	}
+	// The copy is the cache as loaded, without kbundle's own mark.
+	os.Remove(filepath.Join(res.Copy, bundle.InstalledMarker))
 	if res.Origin == "" {
 		res.Origin = dir
 	}

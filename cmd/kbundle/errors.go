@@ -47,10 +47,12 @@ func exitFor(err error) (code int, hint string) {
 	switch {
 	case err == nil:
 		return exitOK, ""
+	case errors.Is(err, bundle.ErrDestination), errors.Is(err, bundle.ErrNoSpace):
+		return exitError, "" // the message says why and what to do
 	case errors.As(err, &de):
 		switch {
 		case errors.Is(err, bundle.ErrExist):
-			return exitError, "hint: pass --force to replace the destination"
+			return exitError, "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " + bundle.InstalledMarker + ") is replaced; or choose another destination"
 		case errors.Is(err, fs.ErrPermission):
 			return exitError, "hint: the destination is not writable by you; choose another DEST"
 		}
@@ -64,7 +66,7 @@ func exitFor(err error) (code int, hint string) {
 	case errors.Is(err, bundle.ErrInsecurePath):
 		return exitUnusable, "hint: the bundle holds a path that could escape its destination; do not use it"
 	case errors.Is(err, bundle.ErrExist):
-		return exitError, "hint: pass --force to replace the destination"
+		return exitError, "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " + bundle.InstalledMarker + ") is replaced; or choose another destination"
 	case atBundle && errors.Is(err, fs.ErrNotExist):
 		return exitUnusable, "hint: create it with `kbundle warm --pack` or `kbundle pack`"
 	case atBundle && errors.Is(err, fs.ErrPermission):

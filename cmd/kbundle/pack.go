@@ -96,8 +96,11 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 // packJSON is `kbundle pack --json`; fields are only ever added.
 type packJSON struct {
 	bundleJSON
-	Skipped []string `json:"skipped"`
-	Seconds float64  `json:"seconds"`
+	Skipped  []string `json:"skipped"`
+	Copied   []string `json:"copied"`    // symlinks stored as copies of their target
+	Writable []string `json:"writable"`  // entries others could have written, with why
+	Untrust  string   `json:"untrusted"` // why load would refuse the bundle; "" when it would not
+	Seconds  float64  `json:"seconds"`
 }
 
 // reportPack prints what pack did: what was skipped and the warnings
@@ -109,7 +112,9 @@ func reportPack(c *cli.Context, dir string, res *bundle.PackResult, took time.Du
 		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{Path: res.Path, Entries: res.Entries(),
 			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
 			PackedBytes: res.PackedBytes, Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments,
-			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...), Seconds: took.Seconds()})
+			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...),
+			Copied: append([]string{}, res.Copied...), Writable: append([]string{}, res.Writable...),
+			Untrust: errString(res.Untrusted), Seconds: took.Seconds()})
 	}
 	say(c, "%s", packSummary(res, took))
 	return nil
@@ -169,4 +174,11 @@ func packWarnings(w io.Writer, dir string, res *bundle.PackResult) {
 		fmt.Fprintf(w, "kbundle: warning: kbundle load will refuse this bundle (exit 3): %s\n", safe(res.Untrusted.Error()))
 		fmt.Fprintf(w, "kbundle: hint: the bundle, and every directory on the way to it, must be yours or root's and not writable by others; to share one with a project group or from a service account, see KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS in docs/troubleshooting.md\n")
 	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -87,12 +87,18 @@ func Write(t testing.TB, dir string, spec Spec) {
 	}
 }
 
-// Options say what Diff compares beyond names, kinds, permission bits and
-// contents.
+// Options say what Diff compares beyond names, kinds, permission bits
+// (without group and other write, which extraction drops) and contents. A
+// top-level .kbundle-installed (kbundle's mark on a tree it extracted) is
+// ignored.
 type Options struct {
 	Mtimes      bool     // nanosecond modification times, files and directories
 	SkipContent []string // slash-separated names whose content and mtime are not compared
 }
+
+// installedMarker is bundle.InstalledMarker (not imported: package bundle's
+// own tests use this package).
+const installedMarker = ".kbundle-installed"
 
 type entry struct {
 	mode  fs.FileMode
@@ -107,11 +113,15 @@ func read(root string) (map[string]entry, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
+		if rel == installedMarker {
+			return nil // kbundle's mark on a tree it extracted
+		}
 		fi, err := d.Info()
 		if err != nil {
 			return err
 		}
-		e := entry{mode: fi.Mode(), mtime: fi.ModTime()}
+		// Extraction never restores group or other write (bundle.extractPerm).
+		e := entry{mode: fi.Mode() &^ 0o022, mtime: fi.ModTime()}
 		if fi.Mode().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {

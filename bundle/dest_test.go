@@ -1,0 +1,239 @@
+package bundle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kbundle/kbundle/bundle/internal/gen/raw"
+	"golang.org/x/sys/unix"
+)
+
+func readerOf(t *testing.T, b []byte) *Reader {
+	t.Helper()
+	r, err := NewReaderBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestExtractMtimes: mtimes outside 1678..2262 are kept exactly (B8: they
+// went through UnixNano and wrapped: 2300 became 1901), and one beyond
+// what a time.Time holds is refused, not wrapped.
+func TestExtractMtimes(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "d")
+	files := []raw.File{
+		{Name: "dfuture", Dir: true, Mode: 0o755, Sec: 1 << 40, Nsec: 7},
+		{Name: "future", Mode: 0o644, Sec: 10413792000, Nsec: 123456789, Data: []byte("x")}, // 2300-01-01
+		{Name: "past", Mode: 0o644, Sec: -(1 << 35), Nsec: 5, Data: []byte("y")},
+	}
+	r := readerOf(t, raw.Build(64<<10, nil, files).Encode())
+	if _, err := r.Extract(context.Background(), dest, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dest, f.Name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mtim.Sec != f.Sec || st.Mtim.Nsec != int64(f.Nsec) {
+			var sf unix.Statfs_t
+			unix.Statfs(dest, &sf)
+			if sf.Type != unix.TMPFS_MAGIC {
+				t.Logf("%s: mtime %d.%09d, want %d.%09d (file system %#x may clamp)", f.Name, st.Mtim.Sec, st.Mtim.Nsec, f.Sec, f.Nsec, sf.Type)
+				continue
+			}
+			t.Errorf("%s: mtime %d.%09d, want %d.%09d", f.Name, st.Mtim.Sec, st.Mtim.Nsec, f.Sec, f.Nsec)
+		}
+	}
+	_, err := NewReaderBytes(raw.Build(64<<10, nil, []raw.File{{Name: "max", Mode: 0o644, Sec: 1<<63 - 1, Data: []byte("z")}}).Encode())
+	if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("mtime 2^63-1: %v, want ErrFormat out of range", err)
+	}
+}
+
+// TestExtractModesMasked: group and other write bits are never restored
+// (W8); the rest is.
+func TestExtractModesMasked(t *testing.T) {
+	files := []raw.File{
+		{Name: "ww", Dir: true, Mode: 0o777},
+		{Name: "exe", Mode: 0o777, Data: []byte("#!/bin/sh\n")},
+		{Name: "ww/f", Mode: 0o666, Data: []byte("x")},
+		{Name: "ro", Mode: 0o444, Data: []byte("r")},
+	}
+	dest := filepath.Join(t.TempDir(), "d")
+	if _, err := readerOf(t, raw.Build(64<<10, nil, files).Encode()).Extract(context.Background(), dest, nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]fs.FileMode{"ww": 0o755, "exe": 0o755, "ww/f": 0o644, "ro": 0o444} {
+		fi, err := os.Lstat(filepath.Join(dest, name))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want %v", name, fi.Mode().Perm(), err, want)
+		}
+	}
+}
+
+// TestExtractSharedLargeBlobUnreadableFirst is B7: several files share one
+// blob spanning more than two segments and the first has mode 0000: the
+// copies must come from the decoded data, not from reopening the first.
+func TestExtractSharedLargeBlobUnreadableFirst(t *testing.T) {
+	// Root reads any file whatever its mode: run as nobody then.
+	if os.Geteuid() == 0 && os.Getenv("KBUNDLE_TEST_B7_CHILD") == "" {
+		dir, err := os.MkdirTemp("", "kbundle-b7-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		os.Chmod(dir, 0o755)
+		os.Chown(dir, 65534, 65534)
+		bin, err := os.ReadFile(os.Args[0]) // the build directory is private
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe := filepath.Join(dir, "bundle.test")
+		if err := os.WriteFile(exe, bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe, "-test.run", "^TestExtractSharedLargeBlobUnreadableFirst$", "-test.v")
+		cmd.Env = append(os.Environ(), "KBUNDLE_TEST_B7_CHILD="+dir, "HOME="+dir)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("as uid 65534: %v\n%s", err, out)
+		}
+		if !bytes.Contains(out, []byte("--- PASS")) {
+			t.Fatalf("as uid 65534: the child did not run the test:\n%s", out)
+		}
+		return
+	}
+	tmp := func() string {
+		if d := os.Getenv("KBUNDLE_TEST_B7_CHILD"); d != "" {
+			p, err := os.MkdirTemp(d, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(p, 0o755)
+			return p
+		}
+		return t.TempDir()
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 300<<10/16)
+	for _, mode := range []uint16{0o000, 0o200} {
+		files := []raw.File{{Name: "a", Mode: mode, Data: big}, {Name: "b", Mode: 0o644, Data: big}, {Name: "c", Mode: 0o600, Data: big}}
+		dest := filepath.Join(tmp(), "d")
+		if _, err := readerOf(t, raw.Build(64<<10, nil, files).Encode()).Extract(context.Background(), dest, nil); err != nil {
+			t.Fatalf("first mode %04o: %v", mode, err)
+		}
+		for _, n := range []string{"b", "c"} {
+			if got, err := os.ReadFile(filepath.Join(dest, n)); err != nil || !bytes.Equal(got, big) {
+				t.Fatalf("first mode %04o: %s: %v", mode, n, err)
+			}
+		}
+		if fi, _ := os.Lstat(filepath.Join(dest, "a")); fi.Mode().Perm() != fs.FileMode(mode) {
+			t.Fatalf("a: mode %v", fi.Mode())
+		}
+		os.Chmod(filepath.Join(dest, "a"), 0o600)
+	}
+}
+
+// TestExtractDeclaredSizeChecked is W4: a tiny bundle whose entries share
+// one blob can declare far more than the destination holds; it is refused
+// before anything is written, with ErrNoSpace naming the sizes.
+func TestExtractDeclaredSizeChecked(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, &WriterOptions{SegmentSize: MinSegmentSize})
+	blob := make([]byte, 64<<20)
+	d := sum(blob)
+	mt := time.Unix(0, 0)
+	for i := range 16384 { // 16384 x 64 MiB = 1 TiB
+		var rd *bytes.Reader
+		if i == 0 {
+			rd = bytes.NewReader(blob)
+		}
+		if err := w.CopyFile(fmt.Sprintf("d/%05d", i), 0o644, mt, int64(len(blob)), d, rd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	_, err := readerOf(t, buf.Bytes()).Extract(context.Background(), filepath.Join(parent, "dest"), nil)
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "the bundle unpacks to 10995116") || !strings.Contains(err.Error(), "bytes in 16385 entries") {
+		t.Fatalf("%v, want ErrNoSpace with the sizes", err)
+	}
+	if bad := leftovers(t, parent); len(bad) != 0 {
+		t.Fatalf("left behind: %v", bad)
+	}
+}
+
+// TestExtractDestRefusals: B10 and W1. A destination owned by another user
+// is refused before any work, naming the owner; so is one whose parent
+// others can write (they could swap the tree after it is installed).
+func TestExtractDestRefusals(t *testing.T) {
+	r := readerOf(t, vector(t, "valid-basic"))
+	t.Run("parent writable by others", func(t *testing.T) {
+		parent := filepath.Join(t.TempDir(), "pub")
+		os.Mkdir(parent, 0o700)
+		os.Chmod(parent, 0o777)
+		_, err := r.Extract(context.Background(), filepath.Join(parent, "dest"), nil)
+		if !errors.Is(err, ErrDestination) || errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "directory mode 0777 lets others write it") {
+			t.Fatalf("%v, want ErrDestination (not ErrUntrusted: the bundle is fine) naming the mode", err)
+		}
+		if bad := leftovers(t, parent); len(bad) != 0 {
+			t.Fatalf("left behind: %v", bad)
+		}
+		os.Chmod(parent, 0o1777) // sticky but ours, not root's: still refused
+		if _, err := r.Extract(context.Background(), filepath.Join(parent, "dest"), nil); !errors.Is(err, ErrDestination) && os.Geteuid() != 0 {
+			t.Fatalf("sticky, not root's: %v", err)
+		}
+	})
+	t.Run("owned by another user", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give a directory away")
+		}
+		parent := t.TempDir()
+		dest := filepath.Join(parent, "dest")
+		os.Mkdir(dest, 0o777)
+		os.Chown(dest, 65534, 65534)
+		for _, force := range []bool{false, true} {
+			_, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: force})
+			if !errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), "owned by uid 65534") {
+				t.Fatalf("force=%v: %v, want ErrDestination naming the owner", force, err)
+			}
+		}
+		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
+			t.Fatalf("left behind: %v", bad)
+		}
+	})
+	t.Run("force needs the marker", func(t *testing.T) {
+		parent := t.TempDir()
+		dest := filepath.Join(parent, "dest")
+		if _, err := r.Extract(context.Background(), dest, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(filepath.Join(dest, InstalledMarker)); err != nil {
+			t.Fatalf("no marker: %v", err)
+		}
+		if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A marker that is a symlink does not count.
+		os.Remove(filepath.Join(dest, InstalledMarker))
+		os.Symlink("/etc/hostname", filepath.Join(dest, InstalledMarker))
+		if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrDestination) {
+			t.Fatalf("symlinked marker: %v", err)
+		}
+	})
+}

@@ -1,0 +1,175 @@
+package slurm
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/internal/testutil"
+)
+
+// stubSrun is an srun for running the Slurm scripts without Slurm: it
+// appends its arguments to $SRUN_LOG (one line a call), drops its options
+// (-N/-n take a value; --name=value forms do not) and runs the command in
+// the caller's environment, once. It checks what the scripts pass to srun,
+// which a one-machine Slurm does not show: --export=ALL on every step, no
+// --mpi unless KBUNDLE_SRUN_MPI is set, KBUNDLE_SRUN_ARGS on the
+// application step only, load --force.
+const stubSrun = `#!/bin/bash
+printf '%s\n' "$*" >>"$SRUN_LOG"
+while (($#)); do
+	case $1 in
+	-N | -n | -c) shift 2 ;;
+	-*) shift ;;
+	*) break ;;
+	esac
+done
+exec "$@"
+`
+
+func srunLines(t *testing.T, log string) []string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(log)
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
+}
+
+// TestSlurmScriptsSrunLines runs kbundle-warm, kbundle-run and kbundle-job
+// with bash and the stub srun (ux review H3.5, M2, M3, M5).
+func TestSlurmScriptsSrunLines(t *testing.T) {
+	app := repoPath("test/slurm/testdata/tackapp.sh")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	if err := os.WriteFile(filepath.Join(bin, "srun"), []byte(stubSrun), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "srun.log")
+	tmp := filepath.Join(dir, "tmp")
+	os.Mkdir(tmp, 0o700)
+	cache := filepath.Join(dir, "cache")
+	local := filepath.Join(dir, "local")
+	base := []string{
+		"PATH=" + bin + ":" + os.Getenv("PATH"),
+		"SRUN_LOG=" + log, "TMPDIR=" + tmp,
+		"SLURM_JOB_ID=4343", "SLURM_JOB_NUM_NODES=1",
+		"KBUNDLE=" + testutil.Kbundle(t, testutil.NoMPI),
+		"KBUNDLE_PRESET=tack", "KBUNDLE_CACHE_DIR=" + cache, "KBUNDLE_LOCAL_DIR=" + local,
+	}
+	bundle := filepath.Join(cache, "cache.kbundle")
+
+	// Warm-up: the application once, in a fresh directory under TMPDIR
+	// (removed afterwards); the bundle in KBUNDLE_CACHE_DIR.
+	so, se, code := run(t, base, dir, "bash", repoPath("scripts/slurm/kbundle-warm.sbatch"), app)
+	if code != 0 {
+		t.Fatalf("kbundle-warm.sbatch: exit %d\n%s%s", code, so, se)
+	}
+	if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " compiled=5 ") || !strings.Contains(ls[0], " dir="+tmp+"/kbundle-warm-") {
+		t.Fatalf("warm-up ran %q, want one run compiling 5 kernels under %s\n%s", ls, tmp, se)
+	}
+	if _, err := os.Stat(bundle); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmp, "kbundle-warm-*")); len(left) != 0 {
+		t.Errorf("warm-up directory left: %v", left)
+	}
+	if _, err := os.Stat(log); err == nil {
+		t.Errorf("the warm-up called srun: %q", srunLines(t, log))
+	}
+
+	runScript := repoPath("scripts/slurm/kbundle-run.sbatch")
+	t.Run("defaults", func(t *testing.T) {
+		so, se, code := run(t, base, dir, "bash", runScript, app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " hits=5 compiled=0 dir="+local+"/tack") {
+			t.Errorf("application ran %q, want 5 hits from %s (the exports must reach it)", ls, local)
+		}
+		if !strings.Contains(se, "kbundle-run: cache: warm (loaded into "+local) {
+			t.Errorf("no 'cache: warm' line\n%s", se)
+		}
+		lines := srunLines(t, log)
+		if len(lines) != 3 { // load, application, cleanup
+			t.Fatalf("srun calls %q, want load, application, cleanup", lines)
+		}
+		for _, l := range lines {
+			if !strings.HasPrefix(l, "--export=ALL ") {
+				t.Errorf("srun %q without --export=ALL: under sbatch --export=NONE the step would not get the exports", l)
+			}
+			if strings.Contains(l, "--mpi=pmix") || strings.Contains(l, "--mpi=pmi2") {
+				t.Errorf("srun %q forces an MPI type; the site default must be used unless KBUNDLE_SRUN_MPI is set", l)
+			}
+		}
+		if !strings.Contains(lines[0], " load --force --bundle "+bundle) {
+			t.Errorf("load step %q: want load --force (a re-queued job reuses its DEST)", lines[0])
+		}
+		if !strings.HasSuffix(lines[1], app) {
+			t.Errorf("application step %q", lines[1])
+		}
+	})
+	t.Run("requeued job reuses its DEST", func(t *testing.T) {
+		env := append(base[:len(base):len(base)], "KBUNDLE_CLEANUP=0")
+		for i := 0; i < 2; i++ {
+			so, se, code := run(t, env, dir, "bash", runScript, app)
+			if code != 0 {
+				t.Fatalf("run %d: exit %d\n%s%s", i, code, so, se)
+			}
+		}
+		os.Remove(log)
+		os.RemoveAll(local)
+	})
+	t.Run("KBUNDLE_SRUN_MPI and KBUNDLE_SRUN_ARGS", func(t *testing.T) {
+		env := append(base[:len(base):len(base)], "KBUNDLE_SRUN_MPI=cray_shasta", "KBUNDLE_SRUN_ARGS=--cpu-bind=cores --gpus-per-task=1")
+		so, se, code := run(t, env, dir, "bash", runScript, app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		lines := srunLines(t, log)
+		if !strings.HasPrefix(lines[0], "--export=ALL --mpi=cray_shasta ") || strings.Contains(lines[0], "--cpu-bind") {
+			t.Errorf("load step %q: want --mpi=cray_shasta and not the application's options", lines[0])
+		}
+		if lines[1] != "--export=ALL --mpi=cray_shasta --cpu-bind=cores --gpus-per-task=1 "+app {
+			t.Errorf("application step %q", lines[1])
+		}
+	})
+	t.Run("failed load says cold and why", func(t *testing.T) {
+		damaged := filepath.Join(dir, "damaged.kbundle")
+		damage(t, bundle, damaged)
+		so, se, code := run(t, append(base[:len(base):len(base)], "KBUNDLE_BUNDLE="+damaged), dir, "bash", runScript, app)
+		if code != 3 || len(tackLines(so)) != 0 || !strings.Contains(se, "kbundle-run: cache: cold: kbundle load failed with exit status 3 (bundle unusable") {
+			t.Errorf("damaged bundle: exit %d\n%s%s", code, so, se)
+		}
+		// A destination problem is not blamed on the bundle or the MPI type alone.
+		os.WriteFile(local, []byte("a file in the way"), 0o600)
+		so, se, code = run(t, base, dir, "bash", runScript, app)
+		os.Remove(local)
+		if code != 1 || !strings.Contains(se, "destination refused") || !strings.Contains(se, "kbundle-run: cache: cold: kbundle load failed with exit status 1 (not the bundle") {
+			t.Errorf("DEST a file: exit %d\n%s%s", code, so, se)
+		}
+		os.Remove(log)
+	})
+	t.Run("job: short warm-up under a lock", func(t *testing.T) {
+		cache2 := filepath.Join(dir, "cache2")
+		env := append(base[:len(base):len(base)], "KBUNDLE_CACHE_DIR="+cache2,
+			"KBUNDLE_WARM_APP=sh -c 'echo WARM-UP-COMMAND >&2; exec \"$0\"' "+app)
+		so, se, code := run(t, env, dir, "bash", repoPath("scripts/slurm/kbundle-job.sbatch"), app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		if !strings.Contains(se, "WARM-UP-COMMAND") || !strings.Contains(se, "kbundle-job: cache: warm") {
+			t.Errorf("the warm-up did not run KBUNDLE_WARM_APP, or the cache is not warm\n%s", se)
+		}
+		if _, err := os.Stat(filepath.Join(cache2, "cache.kbundle.lock")); err != nil {
+			t.Errorf("no lock file: %v", err)
+		}
+		lines := srunLines(t, log)
+		if len(lines) != 3 || !strings.Contains(lines[0], " load --force ") {
+			t.Errorf("srun calls %q", lines)
+		}
+	})
+}
