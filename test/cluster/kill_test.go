@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -234,4 +235,50 @@ func unshape(nodes ...string) {
 	for _, n := range nodes {
 		exec.Command("tc", "qdisc", "del", "dev", "kbv"+strings.TrimPrefix(n, "kbn"), "root").Run()
 	}
+}
+
+// TestScancel: a Slurm job step loading on 3 nodes (srun --mpi=pmix, Open
+// MPI build) is cancelled with scancel in the middle of the broadcast:
+// Slurm sends SIGTERM to every task (SIGKILL 5 s later, KillWait). The step
+// ends within 60 s and no node holds anything in DEST's parent: no DEST,
+// no temporary tree, without the help of a later load.
+func TestScancel(t *testing.T) {
+	c := needCluster(t)
+	c.needSlurm(t)
+	file := bigBundle(t, c)
+	l := srunLaunches[0]
+	kb := c.kbundle(t, l.v)
+	t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) })
+	parent := c.localDir(t)
+	victim := c.nodes[2]
+	c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
+	name := "kbundle-scancel-" + strconv.Itoa(os.Getpid())
+	argv := c.argv(l, kb, "load", "--bundle", file, "--to", filepath.Join(parent, "dest"))
+	// srun's own options go before the program: insert the job name.
+	for i, a := range argv {
+		if a == "srun" {
+			argv = append(argv[:i+1], append([]string{"--job-name=" + name}, argv[i+1:]...)...)
+			break
+		}
+	}
+	p := start(t, jobTimeout, nil, argv...)
+	if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
+		r := p.wait(t)
+		t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
+	}
+	id := strings.TrimSpace(c.slurm(t, nil, "squeue", "-h", "-n", name, "-o", "%i").stdout)
+	if id == "" {
+		t.Fatalf("no job named %s in the queue", name)
+	}
+	if r := c.slurm(t, nil, "scancel", id); r.code != 0 {
+		t.Fatalf("scancel: %s", r)
+	}
+	cancelled := time.Now()
+	r := waitEnd(t, p, cancelled, "scancel")
+	t.Logf("the step ended %v after scancel, exit %d", time.Since(cancelled).Round(time.Millisecond), r.code)
+	if r.code == 0 {
+		t.Errorf("the load succeeded although it was cancelled: %s", r)
+	}
+	c.noStrays(t, kb, 15*time.Second)
+	c.wantOnly(t, parent, nil)
 }
