@@ -135,11 +135,24 @@ func (c *cluster) kbundle(t *testing.T, v testutil.Variant) string {
 	return p
 }
 
-// needSlurm skips the test when the cluster runs without Slurm.
+// needSlurm skips the test when the cluster runs without Slurm, and waits
+// (at most 60 s) until every node is idle: a node cut off by an earlier
+// test may still be marked not responding.
 func (c *cluster) needSlurm(t *testing.T) {
 	t.Helper()
 	if c.conf == "" {
 		t.Skip("the test cluster runs without Slurm (KBUNDLE_NSCLUSTER_SLURM=0)")
+	}
+	idle := func() string {
+		r := run(t, nil, c.onArgv("kbctl", "env", "SLURM_CONF="+c.conf, "sinfo", "-h", "-N", "-o", "%N %t")...)
+		return r.stdout
+	}
+	var state string
+	if !waitFor(60*time.Second, func() bool {
+		state = idle()
+		return strings.Count(state, " idle\n") >= numNodes
+	}) {
+		t.Fatalf("the cluster's Slurm nodes are not all idle after 60 s:\n%s", state)
 	}
 }
 
