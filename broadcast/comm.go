@@ -18,7 +18,7 @@ type Comm interface {
 	AllreduceInt64(v int64, op mpi.Op) (int64, error)
 }
 
-// NodeComm is what LoadToNodes needs besides Comm: splitting by node and
+// NodeComm is what load.Run needs besides Comm: splitting by node and
 // by color, a barrier, and freeing the communicators it made.
 type NodeComm interface {
 	Comm

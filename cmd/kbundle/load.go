@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/urfave/cli/v2"
 
@@ -221,7 +222,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path s
 	c := l.c
 	dest, err := defaultDest(c.String("to"), job)
 	if err != nil {
-		return l.fail(err.Error(), exitError)
+		return l.fail(err.Error(), exitUsage)
 	}
 	host, _ := os.Hostname()
 	plan := load.Plan{
@@ -372,6 +373,11 @@ func jobID() string {
 // defaultDest returns to, or the default node-local per-job directory.
 func defaultDest(to, job string) (string, error) {
 	if to != "" {
+		// DEST is printed alone on stdout's first line, for scripts: a
+		// control character (a newline) in it would break that.
+		if strings.IndexFunc(to, unicode.IsControl) >= 0 {
+			return "", fmt.Errorf("--to %s: control characters are not allowed in DEST", safe(to))
+		}
 		return filepath.Abs(to)
 	}
 	if job == "" {

@@ -41,8 +41,8 @@ func TestLoadCLIFakeNodes(t *testing.T) {
 				if _, err := os.Lstat(dest); err == nil {
 					t.Errorf("%s exists: fake nodes must use DEST.node<k>", dest)
 				}
-				// Leaders other than rank 0 spooled the bundle beside DEST
-				// and removed it: only the DEST.node<k> trees remain.
+				// Leaders stream the bundle into temporary siblings of DEST
+				// and rename them: only the DEST.node<k> trees remain.
 				if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != nodes {
 					t.Errorf("beside DEST: %v, want only the %d node trees", ents, nodes)
 				}
