@@ -24,6 +24,8 @@ const (
 	endBound  = 60 * time.Second // a broken job must end within this
 )
 
+var reTempOwner = regexp.MustCompile(`\.kbundle-tmp-[^-]+-(\d+)-`)
+
 var (
 	bigOnce sync.Once
 	bigFile string
@@ -87,6 +89,18 @@ func (c *cluster) reload(t *testing.T, l launch, kb, parent string) {
 	}
 	only := []string{"dest2"}
 	c.wantOnly(t, parent, map[string][]string{c.nodes[0]: only, c.nodes[1]: only, c.nodes[2]: only})
+	if t.Failed() {
+		// Say whether each leftover's owner still exists (a zombie
+		// counts as alive for kill(pid, 0)).
+		for _, n := range c.nodes {
+			for _, e := range c.entries(n, parent) {
+				if m := reTempOwner.FindStringSubmatch(e); m != nil {
+					st, err := os.ReadFile("/proc/" + m[1] + "/stat")
+					t.Logf("%s: %s: owner pid %s: %q %v", n, e, m[1], st, err)
+				}
+			}
+		}
+	}
 	for _, n := range c.nodes {
 		ents, _ := os.ReadDir(c.root(n, "/dev/shm"))
 		for _, e := range ents {
