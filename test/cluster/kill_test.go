@@ -122,19 +122,32 @@ func TestKilledLeader(t *testing.T) {
 	file := bigBundle(t, c)
 	for _, l := range mpiLaunches {
 		t.Run(l.name, func(t *testing.T) {
-			needNetworkPath(t, l)
+			// MPICH's bytes do not cross the shaped links (UCX uses CMA
+			// between namespace nodes: needNetworkPath), so its load is
+			// fast: kill as soon as anything arrives, and skip if it ends
+			// first.
 			kb := c.kbundle(t, l.v)
 			t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) }) // after the links are back
 			parent := c.localDir(t)
 			victim := c.nodes[1]
 			c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
+			enough := int64(16 << 20)
+			if l.v == testutil.MPICH {
+				enough = 1 << 20
+			}
 			p := start(t, jobTimeout, nil, c.argv(l, kb, "load", "--bundle", file, "--to", filepath.Join(parent, "dest"))...)
-			if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
+			if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > enough || isDone(p) }) || isDone(p) {
 				r := p.wait(t)
-				t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
+				if r.code == 0 && l.v == testutil.MPICH {
+					t.Skipf("the load ended before it could be killed (MPICH moves bytes by CMA here)")
+				}
+				t.Fatalf("the broadcast never reached %s (%d MiB in %s): %s", victim, enough>>20, parent, r)
 			}
 			pid := c.rankPid(victim, kb, 2)
 			if pid == 0 {
+				if r := p.wait(t); r.code == 0 && l.v == testutil.MPICH {
+					t.Skipf("the load ended before it could be killed (MPICH moves bytes by CMA here)")
+				}
 				t.Fatalf("no kbundle rank 2 on %s", victim)
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
