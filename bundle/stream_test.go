@@ -122,3 +122,46 @@ func TestStreamDamaged(t *testing.T) {
 		}
 	})
 }
+
+// FuzzStream feeds arbitrary bytes to a Stream, cut into prelude and body
+// where the trailer says (else before the last 56 bytes): it must never
+// panic or hang, and every error must be a sentinel (or the extraction's
+// own error, passed back through CloseWithError).
+func FuzzStream(f *testing.F) {
+	addVectorSeeds(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < 72 {
+			return
+		}
+		cut := int64(len(b)) - trailerSize
+		if r, err := NewReaderBytes(b); err == nil {
+			cut = r.BodyEnd()
+		}
+		prelude := append(append([]byte{}, b[:headerSize]...), b[cut:]...)
+		s, err := NewStream("fuzz", prelude, int64(len(b)), &StreamOptions{Window: 1})
+		if err != nil {
+			if !isSentinel(err) {
+				t.Fatalf("NewStream: %v: not a sentinel", err)
+			}
+			return
+		}
+		fed := make(chan error, 1)
+		go func() {
+			_, err := s.Write(b[headerSize:cut])
+			if err == nil {
+				err = s.Close()
+			}
+			fed <- err
+		}()
+		_, xerr := s.Extract(context.Background(), filepath.Join(t.TempDir(), "d"), nil)
+		if xerr != nil {
+			s.CloseWithError(xerr)
+		}
+		ferr := <-fed
+		for _, e := range []error{xerr, ferr} {
+			if e != nil && !isSentinel(e) && !errors.Is(e, xerr) {
+				t.Fatalf("%v: not a sentinel", e)
+			}
+		}
+	})
+}

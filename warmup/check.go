@@ -19,8 +19,10 @@ import (
 var ErrNotReused = errors.New("the cache was not reused")
 
 // ErrNothingToCheck is returned by Check when the cache directory holds no
-// file: a run that writes nothing into an empty cache proves nothing.
-var ErrNothingToCheck = errors.New("the cache is empty: nothing to check")
+// file, or when nothing would point the check run at the copy (no preset,
+// and no variable of the environment names DIR): a run that writes
+// nothing into a cache it does not use proves nothing.
+var ErrNothingToCheck = errors.New("nothing to check")
 
 // CheckOptions describe one check run (see Check).
 type CheckOptions struct {
@@ -85,10 +87,7 @@ func (r *CheckResult) Reused() bool {
 // limit paths of what was written, rewritten or removed, and a hint.
 func (r *CheckResult) Report(w io.Writer, limit int) {
 	switch {
-	case r.Run == nil && r.Files == 0:
-		fmt.Fprintf(w, "kbundle: check: NOT proven: the cache is empty, there is nothing to reuse\n")
-		return
-	case r.Run == nil:
+	case r.Run == nil: // not run: the error says why
 		return
 	case r.Run.Failed():
 		fmt.Fprintf(w, "kbundle: check: the run against the copy at %s failed (status %d)\n", r.Copy, r.Run.ExitCode)
@@ -198,13 +197,19 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A variable the user set to DIR (or below it) themselves must name
+	// the copy too, or the check run would use DIR and prove nothing.
+	env, moved := retarget(env, dir, res.Copy)
+	if len(o.Presets) == 0 && moved == 0 {
+		return res, fmt.Errorf("%w: no --preset and no environment variable names %s, so the check run could not be pointed at the copy", ErrNothingToCheck, dir)
+	}
 	before, err := TakeSnapshot(res.Copy)
 	if err != nil {
 		return nil, err
 	}
 	res.Files = len(before)
 	if res.Files == 0 {
-		return res, ErrNothingToCheck
+		return res, fmt.Errorf("%w: the cache is empty", ErrNothingToCheck)
 	}
 	watch := &refusalWatcher{signs: refusals(o.Presets)}
 	// Only stderr is watched (XLA's log and Python's warnings go there);
@@ -339,4 +344,33 @@ func (m *lineMatcher) match(line string) {
 			return
 		}
 	}
+}
+
+// retarget rewrites every variable whose value is dir or a path below it,
+// alone or as an element of a colon-separated list, to the same place
+// under copy. It returns the new environment and how many variables
+// changed.
+func retarget(env []string, dir, copy string) ([]string, int) {
+	out := make([]string, len(env))
+	n := 0
+	for i, kv := range env {
+		name, val, _ := strings.Cut(kv, "=")
+		parts := strings.Split(val, ":")
+		changed := false
+		for j, p := range parts {
+			if within(p, copy) {
+				continue // already the copy (a preset's variable)
+			}
+			if within(p, dir) {
+				parts[j] = copy + p[len(dir):]
+				changed = true
+			}
+		}
+		if changed {
+			n++
+			kv = name + "=" + strings.Join(parts, ":")
+		}
+		out[i] = kv
+	}
+	return out, n
 }

@@ -156,7 +156,7 @@ func TestCheckFailedRun(t *testing.T) {
 func TestCheckEmptyCache(t *testing.T) {
 	ps := tack(t)
 	dir := warmToy(t, "true", ps)
-	if _, _, err := check(t, dir, toyGood, ps, ""); !errors.Is(err, ErrNothingToCheck) {
+	if _, _, err := check(t, dir, toyGood, ps, ""); !errors.Is(err, ErrNothingToCheck) || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("err %v, want ErrNothingToCheck", err)
 	}
 }
@@ -266,5 +266,62 @@ func TestLineMatcherSplitWrites(t *testing.T) {
 	}
 	if out.String() != "hay needle hay\nother\nneedle\n" {
 		t.Errorf("passed through %q", out.String())
+	}
+}
+
+// JAX with eviction on rewrites an 8-byte KEY-atime stamp per hit: that is
+// bookkeeping; a new -cache entry is not.
+func TestCheckJAXEvictionStamps(t *testing.T) {
+	p, _ := Lookup("jax")
+	ps := []*Preset{p}
+	dir := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(filepath.Join(dir, "jax"), 0o700)
+	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-cache"), []byte("entry"), 0o600)
+	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-atime"), []byte("12345678"), 0o600)
+	stamp := `sleep 0.01; printf 87654321 >"$JAX_COMPILATION_CACHE_DIR/jit_f-abc-atime"; : >"$JAX_COMPILATION_CACHE_DIR/.lockfile"`
+	res, out, err := check(t, dir, stamp, ps, "")
+	if err != nil || !res.Reused() || len(res.Ignored) != 2 {
+		t.Fatalf("err %v, written %v rewritten %v ignored %v\n%s", err, paths(res.Written), paths(res.Rewritten), paths(res.Ignored), out)
+	}
+	res, _, err = check(t, dir, stamp+`; echo new >"$JAX_COMPILATION_CACHE_DIR/jit_g-def-cache"`, ps, "")
+	if !errors.Is(err, ErrNotReused) || len(res.Written) != 1 {
+		t.Fatalf("err %v, written %v: a new entry must count", err, paths(res.Written))
+	}
+}
+
+// Without a preset, a variable the user set to DIR themselves is pointed
+// at the copy; with neither, the check refuses to prove anything.
+func TestCheckUserVariable(t *testing.T) {
+	ps := tack(t)
+	dir := warmToy(t, toyGood, ps)
+	var out bytes.Buffer
+	run := func(env ...string) (*CheckResult, error) {
+		out.Reset()
+		return Check(context.Background(), &CheckOptions{
+			Dir: dir, Argv: []string{"sh", "-c", toyGood + `; echo "ran in $TACK_CACHE_DIR"`},
+			Env: append([]string{"PATH=" + os.Getenv("PATH")}, env...), TempDir: t.TempDir(), Stdout: &out, Stderr: &out,
+		})
+	}
+	res, err := run("TACK_CACHE_DIR="+filepath.Join(dir, "tack"), "OTHER=/x:"+dir+":/y")
+	if err != nil || !res.Reused() || !strings.Contains(out.String(), "ran in "+filepath.Join(res.Copy, "tack")) {
+		t.Fatalf("err %v, %+v\n%s", err, res, out.String())
+	}
+	if _, err := run("UNRELATED=/x"); !errors.Is(err, ErrNothingToCheck) || !strings.Contains(err.Error(), "no --preset") {
+		t.Errorf("err %v, want ErrNothingToCheck naming --preset", err)
+	}
+}
+
+func TestRetarget(t *testing.T) {
+	env, n := retarget([]string{
+		"A=/d", "B=/d/sub", "C=/dx", "D=/x:/d/j:/y", "E=/tmp/copy/numba", "F=plain",
+	}, "/d", "/tmp/copy")
+	want := []string{"A=/tmp/copy", "B=/tmp/copy/sub", "C=/dx", "D=/x:/tmp/copy/j:/y", "E=/tmp/copy/numba", "F=plain"}
+	if n != 3 || strings.Join(env, " ") != strings.Join(want, " ") {
+		t.Errorf("%q (%d), want %q (3)", env, n, want)
+	}
+	// A copy inside DIR is not rewritten again.
+	env, n = retarget([]string{"A=/d/.check/c/numba", "B=/d/numba"}, "/d", "/d/.check/c")
+	if n != 1 || env[0] != "A=/d/.check/c/numba" || env[1] != "B=/d/.check/c/numba" {
+		t.Errorf("%q %d", env, n)
 	}
 }

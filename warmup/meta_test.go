@@ -102,3 +102,24 @@ func TestParseListUnknown(t *testing.T) {
 		t.Errorf("%q %v", names(ps), err)
 	}
 }
+
+// FuzzPresetsFromMeta: any recorded value gives known presets, each once,
+// and an error exactly when a name is unknown; never a panic.
+func FuzzPresetsFromMeta(f *testing.F) {
+	for _, s := range []string{"", "numba", "numba,pyopencl", " pocl\tpyopencl ", "JAX,jax", "x,,y", ",", "inductor nope"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		ps, err := PresetsFromMeta(map[string]string{bundle.MetaPreset: v})
+		seen := map[string]bool{}
+		for _, p := range ps {
+			if _, lerr := Lookup(p.Name); lerr != nil || seen[p.Name] {
+				t.Fatalf("%q: preset %q unknown or repeated", v, p.Name)
+			}
+			seen[p.Name] = true
+		}
+		if err != nil && !errors.Is(err, ErrUnknownPreset) {
+			t.Fatalf("%q: %v", v, err)
+		}
+	})
+}

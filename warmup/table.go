@@ -80,6 +80,7 @@ var table = []*Preset{
 			"by default the cache key contains the cache directory's absolute path (XLA's per-fusion autotune cache dir, put into the hashed compile options): kbundle sets JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none so entries are path-independent",
 			"CPU backend: the XLA:CPU AOT loader may reject every entry on some CPUs (+prefer-no-gather, jax-ml/jax#38445); kbundle warm --check shows it",
 		},
+		hitWrite: jaxHitWrite,
 		// JAX keeps a refused entry's file (LRUCache.put skips an existing
 		// key), so only its messages tell: the XLA:CPU AOT loader's E-level
 		// log line and JAX's own warning for an unreadable entry.
@@ -204,4 +205,15 @@ func poclHitWrite(c Change) bool {
 	base := path.Base(c.Path)
 	return c.Size == 0 && strings.HasPrefix(c.Path, "pocl/") &&
 		(base == "last_accessed" || strings.HasPrefix(base, "tempfile_"))
+}
+
+// jaxHitWrite: with eviction on (JAX_COMPILATION_CACHE_MAX_SIZE set) JAX's
+// LRU cache rewrites an 8-byte KEY-atime stamp on every hit, under the
+// .lockfile of its file lock (jax/_src/lru_cache.py; measured, JAX 0.10.2).
+func jaxHitWrite(c Change) bool {
+	if !strings.HasPrefix(c.Path, "jax/") {
+		return false
+	}
+	base := path.Base(c.Path)
+	return (strings.HasSuffix(base, "-atime") && c.Size == 8) || (base == ".lockfile" && c.Size == 0)
 }

@@ -120,6 +120,22 @@ func TestJAXPathInKey(t *testing.T) {
 	}
 }
 
+// TestJAXEviction: with eviction on (JAX_COMPILATION_CACHE_MAX_SIZE), JAX
+// rewrites an -atime stamp per hit; warm --check counts those as
+// bookkeeping and still proves reuse.
+func TestJAXEviction(t *testing.T) {
+	py := venvPython(t, "jax")
+	t.Setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "100000000")
+	_, _, out, stderr := warmArgs(t, "jax", []string{"--check"}, py, workload(t, "jax_kernels.py"))
+	res := jsonLines[jaxResult](t, out)
+	if len(res) != 2 || res[1].Hits != res[0].Requests || res[1].Misses != 0 {
+		t.Fatalf("results %+v", res)
+	}
+	if !strings.Contains(stderr, "kbundle: check: reused") || !strings.Contains(stderr, "bookkeeping files ignored") {
+		t.Errorf("warm --check:\n%s", stderr)
+	}
+}
+
 type inductorResult struct {
 	Rank      int     `json:"rank"`
 	Functions int     `json:"functions"`
@@ -140,6 +156,10 @@ type inductorResult struct {
 // point into it.
 func TestInductor(t *testing.T) {
 	py := venvPython(t, "torch")
+	// Inductor keeps its precompiled headers in
+	// $TMPDIR/torchinductor_$USER whatever TORCHINDUCTOR_CACHE_DIR says:
+	// keep them in the test's own directory, not the user's /tmp.
+	t.Setenv("TMPDIR", t.TempDir())
 	script := workload(t, "inductor_kernels.py")
 	bundlePath := filepath.Join(t.TempDir(), "inductor.kbundle")
 	_, cacheDir, out, stderr := warmArgs(t, "inductor", []string{"--check", "-o", bundlePath}, py, script)
@@ -265,5 +285,48 @@ func inductorOtherCompiler(t *testing.T, py, script, bundlePath string, function
 	r := jsonLines[inductorResult](t, stdout)
 	if len(r) != 1 || r[0].FXMisses != functions || r[0].FXHits != 0 {
 		t.Errorf("with CXX=c++: %+v; docs/presets.md says every graph misses", r)
+	}
+}
+
+// TestMPI4Py: the virtual environment's mpi4py (PyPI's binary wheel)
+// works under Open MPI as installed and under Debian's MPICH with the
+// library link venv.sh makes (LD_LIBRARY_PATH=.venv/mpich-lib
+// MPI4PY_LIBMPI=libmpi.so.12), at np 1, 2 and 4: every rank sees the
+// launcher's size and an allreduce of the ranks agrees.
+func TestMPI4Py(t *testing.T) {
+	py := venvPython(t, "mpi4py")
+	prog := `from mpi4py import MPI
+c = MPI.COMM_WORLD
+import sys
+sys.stdout.write("%d %d %d %s\n" % (c.Get_rank(), c.Get_size(), c.allreduce(c.Get_rank()), MPI.Get_library_version().split()[0]))`
+	for _, v := range testutil.MPIVariants {
+		var env []string
+		lib := "Open"
+		if v == testutil.MPICH {
+			env = []string{"LD_LIBRARY_PATH=" + filepath.Join(filepath.Dir(filepath.Dir(py)), "mpich-lib"), "MPI4PY_LIBMPI=libmpi.so.12"}
+			lib = "MPICH"
+		}
+		for _, n := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("%s/np%d", v, n), func(t *testing.T) {
+				stdout, stderr, code := testutil.RunMPI(t, v, n, env, py, "-c", prog)
+				if code != 0 {
+					t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+				}
+				lines := strings.Split(strings.TrimSpace(stdout), "\n")
+				if len(lines) != n {
+					t.Fatalf("%d lines from %d ranks:\n%s", len(lines), n, stdout)
+				}
+				for _, l := range lines {
+					var rank, size, sum int
+					var name string
+					if _, err := fmt.Sscanf(l, "%d %d %d %s", &rank, &size, &sum, &name); err != nil {
+						t.Fatalf("line %q: %v", l, err)
+					}
+					if size != n || sum != n*(n-1)/2 || name != lib {
+						t.Errorf("rank %d: size %d, allreduce %d, library %s; want %d, %d, %s", rank, size, sum, name, n, n*(n-1)/2, lib)
+					}
+				}
+			})
+		}
 	}
 }
