@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib
+.PHONY: all build install demo test bench deps clean python python-lib bench-nodes
 
 all: build
 
@@ -68,6 +68,11 @@ python-lib: deps
 
 python: python-lib
 	$(PYTHON) -m pip install ./python
+
+# kbundle load against per-rank reads, sbcast+extract and a raw MPI_Bcast on
+# a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
+bench-nodes: build
+	scripts/bench/nodes.sh
 
 clean:
 	rm -rf $(BIN) out $(PYLIB)/libkbundle-*.so python/build python/*.egg-info

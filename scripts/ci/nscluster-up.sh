@@ -29,9 +29,12 @@
 # test Slurm of scripts/ci/slurm-up.sh.
 #
 # A cluster left by an earlier run (same STATE_DIR, or the one recorded as the
-# owner of kbbr0 in /run/kbundle-nscluster.owner) is stopped first with
-# nscluster-down.sh. Namespaces, links or daemons that no recorded cluster owns
-# are never touched: the script fails and names them.
+# owner of kbbr0 in /run/kbundle-nscluster.owner, once the process that
+# started it has exited) is stopped first with nscluster-down.sh. A cluster
+# of another state folder whose starting process still runs is in use: the
+# script fails and names it (one cluster per machine). Namespaces, links or
+# daemons that no recorded cluster owns are never touched: the script fails
+# and names them.
 #
 # On success the only line on stdout is
 #   export KBUNDLE_TEST_CLUSTER=STATE_DIR
@@ -83,9 +86,18 @@ fi
 # --- leftovers -------------------------------------------------------------------
 mkdir -p "$STATE"
 "$HERE/nscluster-down.sh" "$STATE" 2>&1 | sed 's/^/  /' >&2 || true
+# Another state folder's cluster: stopped if it is left over (its holders
+# are gone, or the process that started it, recorded in nodes/user.pid, has
+# exited: a crashed run); left alone, and this fails, while that process
+# still runs (someone is using it; the names kbbr0, kbnN are one per machine).
 if [[ -r $OWNER ]]; then
 	old=$(cat "$OWNER")
 	if [[ $old != "$STATE" && -e $old/$MARKER ]]; then
+		holder=$(cat "$old/nodes/kbctl.pid" 2>/dev/null || true)
+		user=$(cat "$old/nodes/user.pid" 2>/dev/null || true)
+		if [[ -n $holder && -e /proc/$holder ]] && { [[ -z $user ]] || [[ -e /proc/$user ]]; }; then
+			die "another test cluster is up (state $old, started by pid ${user:-unknown}, still running): use it (export KBUNDLE_TEST_CLUSTER=$old) or stop it (scripts/ci/nscluster-down.sh $old)"
+		fi
 		say "stopping an earlier test cluster (state $old)"
 		"$HERE/nscluster-down.sh" "$old" 2>&1 | sed 's/^/  /' >&2 || true
 	fi
@@ -105,6 +117,7 @@ done
 rm -rf "$STATE/nodes" "$STATE/slurm" "$STATE/munge"
 mkdir -p "$STATE/nodes"
 echo "state folder of scripts/ci/nscluster-up.sh; stop with scripts/ci/nscluster-down.sh $STATE" >"$STATE/$MARKER"
+echo "$PPID" >"$STATE/nodes/user.pid" # the cluster is in use while it runs
 chmod 0755 "$STATE"
 
 started=0

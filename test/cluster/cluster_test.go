@@ -135,11 +135,24 @@ func (c *cluster) kbundle(t *testing.T, v testutil.Variant) string {
 	return p
 }
 
-// needSlurm skips the test when the cluster runs without Slurm.
+// needSlurm skips the test when the cluster runs without Slurm, and waits
+// (at most 60 s) until every node is idle: a node cut off by an earlier
+// test may still be marked not responding.
 func (c *cluster) needSlurm(t *testing.T) {
 	t.Helper()
 	if c.conf == "" {
 		t.Skip("the test cluster runs without Slurm (KBUNDLE_NSCLUSTER_SLURM=0)")
+	}
+	idle := func() string {
+		r := run(t, nil, c.onArgv("kbctl", "env", "SLURM_CONF="+c.conf, "sinfo", "-h", "-N", "-o", "%N %t")...)
+		return r.stdout
+	}
+	var state string
+	if !waitFor(60*time.Second, func() bool {
+		state = idle()
+		return strings.Count(state, " idle\n") >= numNodes
+	}) {
+		t.Fatalf("the cluster's Slurm nodes are not all idle after 60 s:\n%s", state)
 	}
 }
 
@@ -529,7 +542,8 @@ func pack(t *testing.T, kb, tree string) string {
 }
 
 // sameTrees compares two trees: kinds, permissions, nanosecond mtimes
-// (files and directories) and content.
+// (files and directories) and content; got must also hold kbundle's
+// top-level install marker, and nothing else.
 func sameTrees(t *testing.T, label, want, got string) {
 	t.Helper()
 	seen := map[string]bool{}
@@ -566,15 +580,27 @@ func sameTrees(t *testing.T, label, want, got string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	marked := false
 	filepath.WalkDir(got, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && p != got {
-			if rel, _ := filepath.Rel(got, p); !seen[rel] {
+			rel, _ := filepath.Rel(got, p)
+			switch {
+			case rel == installedMarker && d.Type().IsRegular():
+				marked = true
+			case !seen[rel]:
 				t.Errorf("%s: %s: not in the source tree", label, rel)
 			}
 		}
 		return nil
 	})
+	if !marked {
+		t.Errorf("%s: %s: no %s (kbundle marks every tree it installs; docs/usage.md)", label, got, installedMarker)
+	}
 }
+
+// installedMarker is the file kbundle puts at the top of every tree it
+// installs (docs/usage.md, --force).
+const installedMarker = ".kbundle-installed"
 
 // localDir makes a fresh folder under every node's node-local tmpfs (the
 // same path on each) and returns its path as the nodes see it; it is

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,8 @@ const (
 	shapeRate = "200mbit"
 	endBound  = 60 * time.Second // a broken job must end within this
 )
+
+var reTempOwner = regexp.MustCompile(`\.kbundle-tmp-[^-]+-(\d+)-`)
 
 var (
 	bigOnce sync.Once
@@ -86,6 +89,18 @@ func (c *cluster) reload(t *testing.T, l launch, kb, parent string) {
 	}
 	only := []string{"dest2"}
 	c.wantOnly(t, parent, map[string][]string{c.nodes[0]: only, c.nodes[1]: only, c.nodes[2]: only})
+	if t.Failed() {
+		// Say whether each leftover's owner still exists (a zombie
+		// counts as alive for kill(pid, 0)).
+		for _, n := range c.nodes {
+			for _, e := range c.entries(n, parent) {
+				if m := reTempOwner.FindStringSubmatch(e); m != nil {
+					st, err := os.ReadFile("/proc/" + m[1] + "/stat")
+					t.Logf("%s: %s: owner pid %s: %q %v", n, e, m[1], st, err)
+				}
+			}
+		}
+	}
 	for _, n := range c.nodes {
 		ents, _ := os.ReadDir(c.root(n, "/dev/shm"))
 		for _, e := range ents {
@@ -107,19 +122,32 @@ func TestKilledLeader(t *testing.T) {
 	file := bigBundle(t, c)
 	for _, l := range mpiLaunches {
 		t.Run(l.name, func(t *testing.T) {
-			needNetworkPath(t, l)
+			// MPICH's bytes do not cross the shaped links (UCX uses CMA
+			// between namespace nodes: needNetworkPath), so its load is
+			// fast: kill as soon as anything arrives, and skip if it ends
+			// first.
 			kb := c.kbundle(t, l.v)
 			t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) }) // after the links are back
 			parent := c.localDir(t)
 			victim := c.nodes[1]
 			c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
+			enough := int64(16 << 20)
+			if l.v == testutil.MPICH {
+				enough = 1 << 20
+			}
 			p := start(t, jobTimeout, nil, c.argv(l, kb, "load", "--bundle", file, "--to", filepath.Join(parent, "dest"))...)
-			if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
+			if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > enough || isDone(p) }) || isDone(p) {
 				r := p.wait(t)
-				t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
+				if r.code == 0 && l.v == testutil.MPICH {
+					t.Skipf("the load ended before it could be killed (MPICH moves bytes by CMA here)")
+				}
+				t.Fatalf("the broadcast never reached %s (%d MiB in %s): %s", victim, enough>>20, parent, r)
 			}
 			pid := c.rankPid(victim, kb, 2)
 			if pid == 0 {
+				if r := p.wait(t); r.code == 0 && l.v == testutil.MPICH {
+					t.Skipf("the load ended before it could be killed (MPICH moves bytes by CMA here)")
+				}
 				t.Fatalf("no kbundle rank 2 on %s", victim)
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -234,4 +262,50 @@ func unshape(nodes ...string) {
 	for _, n := range nodes {
 		exec.Command("tc", "qdisc", "del", "dev", "kbv"+strings.TrimPrefix(n, "kbn"), "root").Run()
 	}
+}
+
+// TestScancel: a Slurm job step loading on 3 nodes (srun --mpi=pmix, Open
+// MPI build) is cancelled with scancel in the middle of the broadcast:
+// Slurm sends SIGTERM to every task (SIGKILL 5 s later, KillWait). The step
+// ends within 60 s and no node holds anything in DEST's parent: no DEST,
+// no temporary tree, without the help of a later load.
+func TestScancel(t *testing.T) {
+	c := needCluster(t)
+	c.needSlurm(t)
+	file := bigBundle(t, c)
+	l := srunLaunches[0]
+	kb := c.kbundle(t, l.v)
+	t.Cleanup(func() { c.noStrays(t, kb, 15*time.Second) })
+	parent := c.localDir(t)
+	victim := c.nodes[2]
+	c.shape(t, shapeRate, c.nodes[1], c.nodes[2])
+	name := "kbundle-scancel-" + strconv.Itoa(os.Getpid())
+	argv := c.argv(l, kb, "load", "--bundle", file, "--to", filepath.Join(parent, "dest"))
+	// srun's own options go before the program: insert the job name.
+	for i, a := range argv {
+		if a == "srun" {
+			argv = append(argv[:i+1], append([]string{"--job-name=" + name}, argv[i+1:]...)...)
+			break
+		}
+	}
+	p := start(t, jobTimeout, nil, argv...)
+	if !waitFor(endBound, func() bool { return c.usedBytes(victim, parent) > 16<<20 || isDone(p) }) || isDone(p) {
+		r := p.wait(t)
+		t.Fatalf("the broadcast never reached %s (16 MiB in %s): %s", victim, parent, r)
+	}
+	id := strings.TrimSpace(c.slurm(t, nil, "squeue", "-h", "-n", name, "-o", "%i").stdout)
+	if id == "" {
+		t.Fatalf("no job named %s in the queue", name)
+	}
+	if r := c.slurm(t, nil, "scancel", id); r.code != 0 {
+		t.Fatalf("scancel: %s", r)
+	}
+	cancelled := time.Now()
+	r := waitEnd(t, p, cancelled, "scancel")
+	t.Logf("the step ended %v after scancel, exit %d", time.Since(cancelled).Round(time.Millisecond), r.code)
+	if r.code == 0 {
+		t.Errorf("the load succeeded although it was cancelled: %s", r)
+	}
+	c.noStrays(t, kb, 15*time.Second)
+	c.wantOnly(t, parent, nil)
 }

@@ -1,0 +1,98 @@
+package cluster
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// deadPid returns a pid that no process has.
+func deadPid(t *testing.T) int {
+	t.Helper()
+	for pid := 4194000; pid > 100000; pid -= 7 {
+		if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+			return pid
+		}
+	}
+	t.Fatal("no free pid found")
+	return 0
+}
+
+// TestStaleTemps: what a killed load or extract left on a node (temp names
+// .<base>.kbundle-tmp-<host>-<pid>-<random>) is removed by the next load
+// or extract into the same parent when its owner is gone on that host and
+// it belongs to the same user; a live process's, another host's and
+// another user's are left alone. Under mpirun, mpiexec.hydra, and a plain
+// `kbundle extract` on the node.
+func TestStaleTemps(t *testing.T) {
+	c := needCluster(t)
+	tree := makeTree(t, 64<<10)
+	node := c.nodes[1]
+	dead := strconv.Itoa(deadPid(t))
+	live := strconv.Itoa(c.pids[node]) // the node's holder: alive on this host
+	stale := []string{
+		".dest.kbundle-tmp-" + node + "-" + dead + "-111",  // a tree
+		".other.kbundle-tmp-" + node + "-" + dead + "-222", // a file, another base
+	}
+	keep := []string{
+		".dest.kbundle-tmp-" + node + "-" + live + "-333", // owner alive
+		".dest.kbundle-tmp-kbn99-" + dead + "-444",        // another host's
+		".dest.kbundle-tmp-" + node + "-" + dead + "-555", // another user's (chowned below)
+	}
+	plant := func(t *testing.T, parent string) {
+		t.Helper()
+		root := c.root(node, parent)
+		if err := os.MkdirAll(filepath.Join(root, stale[0], "sub"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(root, stale[0], "sub", "part"), make([]byte, 1<<20), 0o600)
+		os.WriteFile(filepath.Join(root, stale[1]), []byte("partial"), 0o600)
+		for _, k := range keep {
+			if err := os.WriteFile(filepath.Join(root, k), []byte("keep"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Lchown(filepath.Join(root, keep[2]), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, parent string, dests ...string) {
+		t.Helper()
+		want := map[string][]string{}
+		for _, n := range c.nodes {
+			want[n] = append([]string(nil), dests...)
+		}
+		want[node] = append(want[node], keep...)
+		c.wantOnly(t, parent, want)
+	}
+	for _, l := range mpiLaunches {
+		t.Run(l.name, func(t *testing.T) {
+			kb := c.kbundle(t, l.v)
+			file := pack(t, kb, tree)
+			parent := c.localDir(t)
+			plant(t, parent)
+			w := newWrapper(t, false)
+			r := c.job(t, l, nil, w.script, kb, "load", "--bundle", file, "--to", filepath.Join(parent, "dest"))
+			w.wantExits(t, c, r, 0)
+			check(t, parent, "dest")
+		})
+	}
+	t.Run("extract", func(t *testing.T) {
+		kb := c.kbundle(t, mpiLaunches[0].v)
+		file := pack(t, kb, tree)
+		parent := c.localDir(t)
+		plant(t, parent)
+		if so, se, code := c.on(t, node, kb, "extract", file, filepath.Join(parent, "dest")); code != 0 {
+			t.Fatalf("extract on %s: exit %d\n%s%s", node, code, so, se)
+		}
+		want := map[string][]string{node: append([]string{"dest"}, keep...)}
+		for _, n := range c.nodes {
+			if n != node {
+				want[n] = nil
+			}
+		}
+		c.wantOnly(t, parent, want)
+	})
+}
