@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -114,7 +115,16 @@ func (l *loader) fail(msg string, code int) error {
 	return cli.Exit("", code)
 }
 
+// loadMemoryLimit is the Go heap's soft limit during a load, unless
+// GOMEMLIMIT says otherwise: what a leader holds is bounded (a window of
+// 64 MiB, a chunk, a segment per worker), and a collector that waits for
+// the heap to double would otherwise let it grow well past that.
+const loadMemoryLimit = 160 << 20
+
 func loadAction(c *cli.Context) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(loadMemoryLimit)
+	}
 	det, derr := detect.FromEnviron()
 	if derr != nil {
 		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
