@@ -13,6 +13,10 @@
 #            `kbundle extract` (srun)                                     (b)
 #   floor    a C MPI_Bcast of the bundle's bytes to every node (written to
 #            node-local storage), then a per-node extract                 (c)
+#   read, bcast, extract
+#            each phase of a load alone: rank 0 reading the bundle (cat),
+#            the C MPI_Bcast alone, every node's extract alone; the last
+#            lines give load / max(read, bcast, extract) (issue 10's limit)
 # with the peak RSS of every rank (/usr/bin/time), and prints a markdown
 # table with the ratios to the floor. KBUNDLE_BENCH_RUNS (default 3) runs
 # each, median. The shared file system is this machine's disk with its page
@@ -124,6 +128,7 @@ make_bundle() {
 	chmod 0644 "$work/b$mb.kbundle"
 }
 
+phase_ratios=()
 printf '| bundle | method | median s | x floor | peak RSS rank 0 / other leaders (MiB) | phases (load: read / bcast / extract s) |\n'
 printf '|---|---|---|---|---|---|\n'
 for mb in $sizes; do
@@ -131,11 +136,14 @@ for mb in $sizes; do
 	b=$work/b$mb.kbundle
 	bytes=$(stat -c %s "$b")
 	declare -A med=() mem=() phases=()
-	for method in floor load naive sbcast; do
+	for method in floor load naive sbcast read bcast extract; do
 		times=()
 		for ((r = 0; r < runs; r++)); do
 			clean_nodes
 			rm -f "$work"/rss.$method.*
+			if [[ $method == extract ]]; then # the bytes on every node first, untimed
+				"${mpirun[@]}" sh -c "$work/bcast $b $local/bench.kbundle" >/dev/null 2>>"$work/stderr.log"
+			fi
 			t0=$(now)
 			exec 3>&2 2>>"$work/stderr.log"
 			case $method in
@@ -152,6 +160,18 @@ for mb in $sizes; do
 			floor)
 				"${mpirun[@]}" sh -c "$(rss floor) $work/bcast $b $local/bench.kbundle && $kb extract $local/bench.kbundle $local/bench" >/dev/null
 				;;
+			# Each phase of a load alone (issue 10): rank 0 reading the
+			# bundle, the bytes broadcast to every node, every node
+			# extracting its copy (each with its launch, as load has one).
+			read)
+				cat "$b" >/dev/null
+				;;
+			bcast)
+				"${mpirun[@]}" sh -c "$(rss bcast) $work/bcast $b $local/bench.kbundle" >/dev/null
+				;;
+			extract)
+				"${mpirun[@]}" sh -c "$(rss extract) $kb extract $local/bench.kbundle $local/bench" >/dev/null
+				;;
 			esac
 			exec 2>&3 3>&-
 			t1=$(now)
@@ -165,12 +185,15 @@ for mb in $sizes; do
 			phases[$method]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f / %.2f / %.2f" % (d["read_seconds"], d["bcast_seconds"], d["extract_seconds"]))' "$work/load.json")
 		fi
 	done
-	for method in load floor sbcast naive; do
+	for method in load floor sbcast naive read bcast extract; do
 		ratio=$(echo "scale=2; ${med[$method]} / ${med[floor]}" | bc)
 		printf '| %d MB (%s bytes) | %s | %.2f | %s | %s | %s |\n' "$mb" "$bytes" "$method" "${med[$method]}" "$ratio" "${mem[$method]}" "${phases[$method]:-}"
 	done
+	slowest=$(printf '%s\n' "${med[read]}" "${med[bcast]}" "${med[extract]}" | sort -g | tail -1)
+	phase_ratios+=("$mb MB: load / max(read, bcast, extract alone) = $(echo "scale=2; ${med[load]} / $slowest" | bc) (load ${med[load]} s; read ${med[read]}, bcast ${med[bcast]}, extract ${med[extract]} s)")
 	rm -f "$b"
 	clean_nodes
 done
 echo
+printf '%s\n' "${phase_ratios[@]}"
 echo "$NODES nodes x 1 rank, links shaped to $rate each way (tc tbf), $runs runs each, median; $(nproc) cores."
