@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 )
 
 func openPacked(t *testing.T) (*ReadCloser, string) {
@@ -185,5 +187,29 @@ func TestProgressCumulative(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestRemoveStaleZombie: a zombie (killed, not yet reaped) owns nothing:
+// its temporaries are removed.
+func TestRemoveStaleZombie(t *testing.T) {
+	z := exec.Command("true")
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer z.Wait()
+	pid := z.Process.Pid
+	for range 200 { // until it has exited (a zombie: not waited for yet)
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if strings.Contains(string(b), ") Z ") {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if alive(pid) {
+		t.Fatal("a zombie counts as alive")
+	}
+	if !alive(os.Getpid()) {
+		t.Fatal("this process counts as dead")
 	}
 }

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -110,10 +111,24 @@ func parseTemp(name string) (h string, pid int, ok bool) {
 	return strings.Join(parts[:len(parts)-2], "-"), pid, true
 }
 
-// alive reports whether process pid exists on this host.
+// alive reports whether process pid exists on this host and is not a
+// zombie: a rank killed with its job is a zombie until its parent (often
+// PID 1, slow to reap) collects it, and its temporaries are stale already.
 func alive(pid int) bool {
-	err := unix.Kill(pid, 0)
-	return err == nil || errors.Is(err, unix.EPERM)
+	if err := unix.Kill(pid, 0); err != nil && !errors.Is(err, unix.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) // no /proc: trust kill
+	}
+	// "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+	if i := bytes.LastIndex(b, []byte(") ")); i >= 0 && i+2 < len(b) {
+		if st := b[i+2]; st == 'Z' || st == 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 // RemoveStale removes, in directory dir, the temporary files and trees left

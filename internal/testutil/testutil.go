@@ -192,3 +192,17 @@ func run(t testing.TB, ctx context.Context, cmd *exec.Cmd) (string, string, int)
 
 // Describe formats a launch for failure messages.
 func Describe(v Variant, np int) string { return fmt.Sprintf("%s np=%d", v, np) }
+
+// Main runs a test package's tests (call it from TestMain) and then
+// removes the binaries Build made for them: nothing is left in $TMPDIR.
+func Main(m *testing.M) int {
+	code := m.Run()
+	buildMu.Lock()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+		buildDir = ""
+		builtBins = map[string]string{}
+	}
+	buildMu.Unlock()
+	return code
+}

@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(d, 0o755)
 	tmpRoot = d
-	code := m.Run()
+	code := testutil.Main(m)
 	os.RemoveAll(d)
 	os.Exit(code)
 }
