@@ -238,7 +238,7 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 	host, _ := os.Hostname()
 	p := load.Plan{
 		Bundle: r.Bundle, Force: r.Force,
-		Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true,
+		Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true,
 	}
 	switch v := getenv("KBUNDLE_JOBS"); {
 	case r.Jobs != nil:
