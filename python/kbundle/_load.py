@@ -191,7 +191,7 @@ def load_bundle(
         )
     if rank0 and res.mismatch_nodes:
         what = "a node differs" if res.mismatch_nodes == 1 else f"{res.mismatch_nodes} nodes differ"
-        here = f" (here: {', '.join(res.mismatch_keys)})" if res.mismatch_keys else ""
+        here = f" (here: {'; '.join(res.mismatch_keys)})" if res.mismatch_keys else ""
         warnings.warn(
             f"kbundle: warning: {what} from the machine the cache was warmed on{here}; compiled kernels may miss",
             KbundleWarning,

@@ -179,7 +179,7 @@ for mb in $sizes; do
 		done
 		med[$method]=$(printf '%s\n' "${times[@]}" | median)
 		r0=$(cat "$work"/rss.$method.kbn1 2>/dev/null || echo 0)
-		others=$(cat "$work"/rss.$method.kbn[2-9] 2>/dev/null | sort -n | tail -1)
+		others=$(cat "$work"/rss.$method.kbn[2-9] 2>/dev/null | sort -n | tail -1 || true)
 		mem[$method]="$((r0 / 1024)) / $((${others:-0} / 1024))"
 		if [[ $method == load ]]; then
 			phases[$method]=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f / %.2f / %.2f" % (d["read_seconds"], d["bcast_seconds"], d["extract_seconds"]))' "$work/load.json")
