@@ -86,7 +86,8 @@ class LoadResult:
     #: The variables set in os.environ, pointing the frameworks at dest.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: Nodes that differ from the machine the cache was warmed on (kernels
-    #: may miss there), and how this node differs (leaders).
+    #: may miss there), and how this node differs (leaders): one
+    #: "key: warmed on X, here Y" item a key.
     mismatch_nodes: int = 0
     mismatch_keys: Tuple[str, ...] = ()
 
