@@ -41,20 +41,23 @@ func needPython(t *testing.T, pkgs string, modules ...string) {
 	}
 }
 
-// workload copies a test script to a fresh directory: its absolute path
-// and mtime stay fixed from the warm-up to the production run, as Numba
+// workload copies a test script, with the helpers it imports
+// (testdata/_common.py), to a fresh directory: its absolute path and
+// mtime stay fixed from the warm-up to the production run, as Numba
 // requires.
 func workload(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	for _, f := range []string{"_common.py", name} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return filepath.Join(dir, name)
 }
 
 // jsonLines decodes every line of out that is a JSON object.
