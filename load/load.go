@@ -53,9 +53,10 @@ type Plan struct {
 	UseRecorded bool
 	// Host names this node in messages (os.Hostname, given by the caller).
 	Host string
-	// HostInfo describes this node (hostinfo.Collect, given by the caller):
-	// leaders compare it with the warm-up machine's. nil: no comparison.
-	HostInfo map[string]string
+	// HostInfo describes this node (hostinfo.Collect, given by the caller),
+	// called on leaders only, after a successful staging, to compare the
+	// node with the warm-up machine. nil: no comparison.
+	HostInfo func() map[string]string
 	// BorrowNodeCPUs lets each leader extract on the CPUs of all its
 	// node's ranks (the union of their affinity masks), which wait idle
 	// meanwhile. It changes the process's thread affinity and GOMAXPROCS
@@ -96,7 +97,7 @@ type Summary struct {
 	Read, Bcast, Extract, Total time.Duration
 	// MismatchNodes is how many nodes differ from the warm-up machine in a
 	// way that may make compiled kernels miss; MismatchKeys (leaders) says
-	// how this one differs.
+	// how this one differs, one "key: warmed on X, here Y" item a key.
 	MismatchNodes int
 	MismatchKeys  []string
 	// Held is the most bundle bytes this leader held in memory at once.
@@ -398,7 +399,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 // checkHost compares this node with the warm-up machine.
 func (l *leader) checkHost(k *sink) error {
 	if l.plan.HostInfo != nil {
-		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo)
+		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo())
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func init() {
 			"A failure on any node installs nothing on every node; the message names the\n" +
 			"failing hosts and their ranks.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "bundle `FILE` to load"},
+			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, EnvVars: []string{"KBUNDLE_BUNDLE"}, Usage: "bundle `FILE` to load"},
 			dirFlag,
 			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST`ination directory"},
 			&cli.BoolFlag{Name: "force", Usage: "replace DEST if it exists and is not empty"},
@@ -134,15 +134,19 @@ func loadAction(c *cli.Context) error {
 		return l.fail(fmt.Sprintf("load takes no arguments (got %q)", c.Args().First()), exitUsage)
 	}
 	var path string
+	// A flag given on the command line beats one from the environment
+	// (KBUNDLE_BUNDLE, KBUNDLE_CACHE_DIR).
+	fileGiven := c.IsSet("bundle") && !envSet(c, "bundle")
+	dirGiven := c.IsSet("dir") && !envSet(c, "dir")
 	switch file, dir := c.String("bundle"), c.String("dir"); {
-	case file != "" && c.IsSet("dir") && !envSet(c, "dir"):
+	case fileGiven && dirGiven:
 		return l.fail("pass --bundle FILE or --dir DIR, not both", exitUsage)
-	case file != "":
+	case file != "" && !dirGiven:
 		path = file
 	case dir != "":
 		path = filepath.Join(dir, broadcast.BundleName)
 	default:
-		return l.fail("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_CACHE_DIR", exitUsage)
+		return l.fail("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR", exitUsage)
 	}
 	presets, err := lookupPresets(c.StringSlice("preset"))
 	if err != nil {
@@ -267,7 +271,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		}
 		detail := ""
 		if len(res.MismatchKeys) > 0 {
-			detail = " (here: " + strings.Join(res.MismatchKeys, ", ") + ")"
+			detail = " (rank 0's node: " + safe(strings.Join(res.MismatchKeys, "; ")) + ")"
 		}
 		l.warnf("%s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail)
 	}

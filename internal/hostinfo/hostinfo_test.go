@@ -31,9 +31,12 @@ func TestDiff(t *testing.T) {
 		want            []string
 	}{
 		{"same", map[string]string{archKey: "amd64", cpuModelKey: "x"}, map[string]string{archKey: "amd64", cpuModelKey: "x"}, nil},
-		{"cpu differs", map[string]string{cpuModelKey: "x", cpuFlagsKey: "a"}, map[string]string{cpuModelKey: "y", cpuFlagsKey: "a"}, []string{cpuModelKey}},
+		{"cpu differs", map[string]string{cpuModelKey: "x", cpuFlagsKey: "a"}, map[string]string{cpuModelKey: "y", cpuFlagsKey: "a"}, []string{`host.cpu_model: warmed on "x", here "y"`}},
 		{"missing in recorded is no difference", map[string]string{}, map[string]string{gpuModelKey: "A100"}, nil},
-		{"gpu gone", map[string]string{gpuModelKey: "A100"}, map[string]string{}, []string{gpuModelKey}},
+		{"gpu not visible here is unknown, not a difference", map[string]string{gpuModelKey: "A100"}, map[string]string{}, nil},
+		{"gpu differs", map[string]string{gpuModelKey: "A100"}, map[string]string{gpuModelKey: "H100"}, []string{`gpu.model: warmed on "A100", here "H100"`}},
+		{"extra cpu flags here are no difference", map[string]string{cpuFlagsKey: "avx2 sse2"}, map[string]string{cpuFlagsKey: "avx2 avx512f sse2"}, nil},
+		{"cpu flags missing here", map[string]string{cpuFlagsKey: "avx2 avx512f sse2"}, map[string]string{cpuFlagsKey: "avx2 sse2"}, []string{"host.cpu_flags: this node lacks avx512f"}},
 		{"kernel not compared", map[string]string{kernelKey: "5"}, map[string]string{kernelKey: "6"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

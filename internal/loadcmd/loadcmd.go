@@ -69,14 +69,15 @@ func UserName() string {
 }
 
 // Plan returns a plan with what both front ends fill alike: this host's
-// name and description, BorrowNodeCPUs, and the knobs
+// name and description (hostinfo.Collect, called by load on leaders
+// only), BorrowNodeCPUs, and the knobs
 // $KBUNDLE_BCAST_CHUNK (ChunkSize) and, for tests,
 // $KBUNDLE_TEST_RANKS_PER_NODE (RanksPerNode: every N consecutive ranks
 // form one "node"). The error is a knob's; the plan is filled as far as
 // it goes.
 func Plan(getenv func(string) string) (load.Plan, error) {
 	host, _ := os.Hostname()
-	p := load.Plan{Host: host, HostInfo: hostinfo.Collect(), BorrowNodeCPUs: true}
+	p := load.Plan{Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true}
 	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
