@@ -62,14 +62,9 @@ func Adopt() error {
 				threadLevel(provided), ErrThreadLevel)
 			return
 		}
-		var rank, size C.int
-		if err = mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		if err = readWorld(); err != nil {
 			return
 		}
-		if err = mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
-			return
-		}
-		world.rank, world.size = int(rank), int(size)
 		adopted.Store(true)
 		state.Store(stateInit)
 	})

@@ -120,17 +120,26 @@ func Init() error {
 			state.Store(stateInit)
 			return
 		}
-		var rank, size C.int
-		if err = mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		if err = readWorld(); err != nil {
 			return
 		}
-		if err = mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
-			return
-		}
-		world.rank, world.size = int(rank), int(size)
 		state.Store(stateInit)
 	})
 	return err
+}
+
+// readWorld records the world's rank and size (after Init or Adopt, on
+// the MPI thread).
+func readWorld() error {
+	var rank, size C.int
+	if err := mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		return err
+	}
+	if err := mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
+		return err
+	}
+	world.rank, world.size = int(rank), int(size)
+	return nil
 }
 
 // Finalize finalises MPI, freeing every communicator made by Split and
