@@ -60,16 +60,12 @@ func TestStageInstallAbort(t *testing.T) {
 		if err := s.Abort(); err != nil {
 			t.Fatal(err)
 		}
-		if bad := leftovers(t, parent); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent)
 	})
 	t.Run("replace then abort restores the old tree", func(t *testing.T) {
 		parent := t.TempDir()
 		dest := filepath.Join(parent, "dest")
-		os.Mkdir(dest, 0o755)
-		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
-		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
+		installedBefore(t, dest, 0o755)
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)
@@ -84,16 +80,12 @@ func TestStageInstallAbort(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dest, "old")); err != nil || string(b) != "old" {
 			t.Fatalf("old tree not restored: %q %v", b, err)
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("replace then commit", func(t *testing.T) {
 		parent := t.TempDir()
 		dest := filepath.Join(parent, "dest")
-		os.Mkdir(dest, 0o755)
-		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
-		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
+		installedBefore(t, dest, 0o755)
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)
@@ -105,9 +97,7 @@ func TestStageInstallAbort(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameTree(t, src, dest)
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 }
 
