@@ -30,11 +30,8 @@ var adopted atomic.Bool
 func Adopt() error {
 	var err error
 	onThread(func() {
-		switch state.Load() {
-		case stateInit:
-			return
-		case stateDone:
-			err = ErrFinalized
+		var done bool
+		if done, err = started(); done {
 			return
 		}
 		var provided, required, flag C.int

@@ -102,11 +102,8 @@ func call(name string, f func() C.int) error {
 func Init() error {
 	var err error
 	onThread(func() {
-		switch state.Load() {
-		case stateInit:
-			return
-		case stateDone:
-			err = ErrFinalized
+		var done bool
+		if done, err = started(); done {
 			return
 		}
 		var provided, required C.int
@@ -126,6 +123,18 @@ func Init() error {
 		state.Store(stateInit)
 	})
 	return err
+}
+
+// started says whether Init or Adopt has nothing to do: MPI is this
+// package's already (nil), or was finalised (ErrFinalized).
+func started() (bool, error) {
+	switch state.Load() {
+	case stateInit:
+		return true, nil
+	case stateDone:
+		return true, ErrFinalized
+	}
+	return false, nil
 }
 
 // readWorld records the world's rank and size (after Init or Adopt, on
