@@ -62,9 +62,12 @@ func TestStageInstallAbort(t *testing.T) {
 		}
 		noLeftovers(t, parent)
 	})
-	t.Run("replace then abort restores the old tree", func(t *testing.T) {
-		parent := t.TempDir()
-		dest := filepath.Join(parent, "dest")
+	// replaceInstalled stages the bundle over a tree kbundle installed
+	// earlier (with Force) and installs it.
+	replaceInstalled := func(t *testing.T) (parent, dest string, s *Staged) {
+		t.Helper()
+		parent = t.TempDir()
+		dest = filepath.Join(parent, "dest")
 		installedBefore(t, dest, 0o755)
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
@@ -73,6 +76,10 @@ func TestStageInstallAbort(t *testing.T) {
 		if err := s.Install(); err != nil {
 			t.Fatal(err)
 		}
+		return parent, dest, s
+	}
+	t.Run("replace then abort restores the old tree", func(t *testing.T) {
+		parent, dest, s := replaceInstalled(t)
 		sameTree(t, src, dest)
 		if err := s.Abort(); err != nil {
 			t.Fatal(err)
@@ -83,16 +90,7 @@ func TestStageInstallAbort(t *testing.T) {
 		noLeftovers(t, parent, "dest")
 	})
 	t.Run("replace then commit", func(t *testing.T) {
-		parent := t.TempDir()
-		dest := filepath.Join(parent, "dest")
-		installedBefore(t, dest, 0o755)
-		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Install(); err != nil {
-			t.Fatal(err)
-		}
+		parent, dest, s := replaceInstalled(t)
 		if err := s.Commit(); err != nil {
 			t.Fatal(err)
 		}
