@@ -239,6 +239,31 @@ func leftovers(t testing.TB, parent string, keep ...string) []string {
 	return bad
 }
 
+// noLeftovers fails the test when parent holds anything but keep, or a
+// temporary of kbundle's.
+func noLeftovers(t testing.TB, parent string, keep ...string) {
+	t.Helper()
+	if bad := leftovers(t, parent, keep...); len(bad) != 0 {
+		t.Fatalf("left behind: %v", bad)
+	}
+}
+
+// installedBefore makes dest a tree kbundle installed earlier: a
+// directory of mode perm holding the file "old" (content "old", perm
+// without exec bits) and the install marker.
+func installedBefore(t testing.TB, dest string, perm fs.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(dest, perm); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dest, "old"), []byte("old"), perm&^0o111); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestExtractDamagedLeavesNothing extracts every vector that opens but
 // does not verify: extraction must fail with ErrChecksum and leave no
 // destination and no temporary directory, except where the only damage is
@@ -265,9 +290,7 @@ func TestExtractDamagedLeavesNothing(t *testing.T) {
 			if !errors.Is(err, ErrChecksum) {
 				t.Fatalf("Extract: %v, want ErrChecksum", err)
 			}
-			if bad := leftovers(t, parent); len(bad) != 0 {
-				t.Fatalf("left behind: %v", bad)
-			}
+			noLeftovers(t, parent)
 		})
 	}
 }
@@ -341,9 +364,7 @@ func TestExtractDestinations(t *testing.T) {
 		if b, _ := os.ReadFile(dest); string(b) != "precious" {
 			t.Fatal("file changed")
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("dest is a symlink to an empty directory", func(t *testing.T) {
 		parent, target := t.TempDir(), t.TempDir()
@@ -361,9 +382,7 @@ func TestExtractDestinations(t *testing.T) {
 		if ents, _ := os.ReadDir(target); len(ents) != 0 {
 			t.Fatalf("wrote through the symlink: %v", ents)
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("dest is a dangling symlink", func(t *testing.T) {
 		parent := t.TempDir()
@@ -384,9 +403,7 @@ func TestExtractDestinations(t *testing.T) {
 		if _, err := r.Extract(context.Background(), dest, nil); err == nil {
 			t.Fatal("succeeded")
 		}
-		if bad := leftovers(t, parent, "f"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "f")
 	})
 	t.Run("parent not writable", func(t *testing.T) {
 		if os.Geteuid() == 0 {
@@ -411,9 +428,7 @@ func TestExtractDestinations(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("%v, want context.Canceled", err)
 		}
-		if bad := leftovers(t, parent); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent)
 	})
 	t.Run("force keeps the old tree on failure", func(t *testing.T) {
 		bad, err := NewReaderBytes(vector(t, "content-digest-wrong"))
@@ -422,9 +437,7 @@ func TestExtractDestinations(t *testing.T) {
 		}
 		parent := t.TempDir()
 		dest := filepath.Join(parent, "dest")
-		os.Mkdir(dest, 0o700)
-		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o600)
-		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
+		installedBefore(t, dest, 0o700)
 		if _, err := bad.Extract(context.Background(), dest, &ExtractOptions{Force: true}); !errors.Is(err, ErrChecksum) {
 			t.Fatalf("%v, want ErrChecksum", err)
 		}
@@ -434,9 +447,7 @@ func TestExtractDestinations(t *testing.T) {
 		if ents, _ := os.ReadDir(dest); len(ents) != 2 {
 			t.Fatalf("dest now holds %v", ents)
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("empty dest directory is used", func(t *testing.T) {
 		parent := t.TempDir()
@@ -445,9 +456,7 @@ func TestExtractDestinations(t *testing.T) {
 		if _, err := r.Extract(context.Background(), dest, nil); err != nil {
 			t.Fatal(err)
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 }
 

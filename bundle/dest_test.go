@@ -173,9 +173,7 @@ func TestExtractDeclaredSizeChecked(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, unix.ENOSPC) || !strings.Contains(err.Error(), "the bundle unpacks to 10995116") || !strings.Contains(err.Error(), "bytes in 16385 entries") {
 		t.Fatalf("%v, want ErrNoSpace with the sizes", err)
 	}
-	if bad := leftovers(t, parent); len(bad) != 0 {
-		t.Fatalf("left behind: %v", bad)
-	}
+	noLeftovers(t, parent)
 }
 
 // TestExtractDestRefusals: B10 and W1. A destination owned by another user
@@ -191,9 +189,7 @@ func TestExtractDestRefusals(t *testing.T) {
 		if !errors.Is(err, ErrDestination) || errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "directory mode 0777 lets others write it") {
 			t.Fatalf("%v, want ErrDestination (not ErrUntrusted: the bundle is fine) naming the mode", err)
 		}
-		if bad := leftovers(t, parent); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent)
 		os.Chmod(parent, 0o1777) // sticky but ours, not root's: still refused
 		if _, err := r.Extract(context.Background(), filepath.Join(parent, "dest"), nil); !errors.Is(err, ErrDestination) && os.Geteuid() != 0 {
 			t.Fatalf("sticky, not root's: %v", err)
@@ -213,9 +209,7 @@ func TestExtractDestRefusals(t *testing.T) {
 				t.Fatalf("force=%v: %v, want ErrDestination naming the owner", force, err)
 			}
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("force needs the marker", func(t *testing.T) {
 		parent := t.TempDir()

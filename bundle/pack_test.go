@@ -9,11 +9,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestPackSymlinkRace is the scenario of review finding B3: while the
@@ -31,25 +28,14 @@ func TestPackSymlinkRace(t *testing.T) {
 	os.WriteFile(filepath.Join(cache, "f.bin"), bytes.Repeat([]byte("A"), len(secret)), 0o644)
 	os.Symlink(filepath.Join(base, "secret.txt"), filepath.Join(cache, "zz-link"))
 	a, b := filepath.Join(cache, "f.bin"), filepath.Join(cache, "zz-link")
-	var stop atomic.Bool
-	done := make(chan int)
-	go func() {
-		n := 0
-		for !stop.Load() {
-			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
-				n++
-			}
-		}
-		done <- n
-	}()
+	stopSwapping := swapping(a, b)
 	out := filepath.Join(base, "p.kbundle")
 	var ok, failed int
 	for i := 0; i < 200; i++ {
 		_, err := Pack(context.Background(), cache, out, &PackOptions{Host: fixedHost, Jobs: 2})
 		if err != nil {
 			if !errors.Is(err, errChanged) {
-				stop.Store(true)
-				<-done
+				stopSwapping()
 				t.Fatalf("pack %d: %v, want a 'changed while being packed' error", i, err)
 			}
 			failed++
@@ -70,14 +56,12 @@ func TestPackSymlinkRace(t *testing.T) {
 				t.Fatal(err)
 			}
 			if bytes.Contains(data, []byte("TOP-SECRET")) {
-				stop.Store(true)
-				<-done
+				stopSwapping()
 				t.Fatalf("pack %d: entry %s holds the private file", i, e.Name)
 			}
 		}
 	}
-	stop.Store(true)
-	swaps := <-done
+	swaps := stopSwapping()
 	t.Logf("200 packs during %d swaps: %d packed without the secret, %d refused (changed while being packed)", swaps, ok, failed)
 }
 

@@ -60,16 +60,15 @@ func TestStageInstallAbort(t *testing.T) {
 		if err := s.Abort(); err != nil {
 			t.Fatal(err)
 		}
-		if bad := leftovers(t, parent); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent)
 	})
-	t.Run("replace then abort restores the old tree", func(t *testing.T) {
-		parent := t.TempDir()
-		dest := filepath.Join(parent, "dest")
-		os.Mkdir(dest, 0o755)
-		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
-		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
+	// replaceInstalled stages the bundle over a tree kbundle installed
+	// earlier (with Force) and installs it.
+	replaceInstalled := func(t *testing.T) (parent, dest string, s *Staged) {
+		t.Helper()
+		parent = t.TempDir()
+		dest = filepath.Join(parent, "dest")
+		installedBefore(t, dest, 0o755)
 		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
 		if err != nil {
 			t.Fatal(err)
@@ -77,6 +76,10 @@ func TestStageInstallAbort(t *testing.T) {
 		if err := s.Install(); err != nil {
 			t.Fatal(err)
 		}
+		return parent, dest, s
+	}
+	t.Run("replace then abort restores the old tree", func(t *testing.T) {
+		parent, dest, s := replaceInstalled(t)
 		sameTree(t, src, dest)
 		if err := s.Abort(); err != nil {
 			t.Fatal(err)
@@ -84,30 +87,15 @@ func TestStageInstallAbort(t *testing.T) {
 		if b, err := os.ReadFile(filepath.Join(dest, "old")); err != nil || string(b) != "old" {
 			t.Fatalf("old tree not restored: %q %v", b, err)
 		}
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 	t.Run("replace then commit", func(t *testing.T) {
-		parent := t.TempDir()
-		dest := filepath.Join(parent, "dest")
-		os.Mkdir(dest, 0o755)
-		os.WriteFile(filepath.Join(dest, "old"), []byte("old"), 0o644)
-		os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600) // as if kbundle installed it
-		s, err := rc.Stage(ctx, dest, &ExtractOptions{Force: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Install(); err != nil {
-			t.Fatal(err)
-		}
+		parent, dest, s := replaceInstalled(t)
 		if err := s.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		sameTree(t, src, dest)
-		if bad := leftovers(t, parent, "dest"); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent, "dest")
 	})
 }
 

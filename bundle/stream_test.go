@@ -101,9 +101,7 @@ func TestStreamDamaged(t *testing.T) {
 			t.Fatalf("flip at %d: extract %v, close %v; want ErrChecksum", flip, xerr, ferr)
 		}
 		if xerr != nil {
-			if bad := leftovers(t, parent); len(bad) != 0 {
-				t.Fatalf("left behind: %v", bad)
-			}
+			noLeftovers(t, parent)
 		}
 	}
 	t.Run("aborted", func(t *testing.T) {
@@ -117,9 +115,7 @@ func TestStreamDamaged(t *testing.T) {
 		if _, err := s.Extract(context.Background(), filepath.Join(parent, "d"), nil); !errors.Is(err, boom) && !errors.Is(err, ErrChecksum) {
 			t.Fatalf("%v, want the abort's error", err)
 		}
-		if bad := leftovers(t, parent); len(bad) != 0 {
-			t.Fatalf("left behind: %v", bad)
-		}
+		noLeftovers(t, parent)
 	})
 }
 

@@ -157,17 +157,7 @@ func TestTrustRace(t *testing.T) {
 		os.Chmod(p, d.mode)
 	}
 	a, b := filepath.Join(base, "victim"), filepath.Join(base, "atk")
-	var stop atomic.Bool
-	done := make(chan int)
-	go func() {
-		n := 0
-		for !stop.Load() {
-			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
-				n++
-			}
-		}
-		done <- n
-	}()
+	stopSwapping := swapping(a, b)
 	var goodN, refused int
 	for i := 0; i < 3000; i++ {
 		f, err := OpenTrusted(filepath.Join(a, "b.kbundle"))
@@ -178,16 +168,36 @@ func TestTrustRace(t *testing.T) {
 		got, _ := io.ReadAll(f)
 		f.Close()
 		if !bytes.Equal(got, good) {
-			stop.Store(true)
-			<-done
+			stopSwapping()
 			t.Fatalf("try %d: OpenTrusted returned the untrusted bundle", i)
 		}
 		goodN++
 	}
-	stop.Store(true)
-	swaps := <-done
+	swaps := stopSwapping()
 	t.Logf("3000 opens during %d swaps: %d good, %d refused, 0 other", swaps, goodN, refused)
 	if swaps == 0 {
 		t.Skip("the kernel does not support RENAME_EXCHANGE here")
+	}
+}
+
+// swapping exchanges the paths a and b (RENAME_EXCHANGE) over and over in
+// a goroutine, as an attacker racing a check would, until the returned
+// stop is called; stop returns how many swaps succeeded (0: the kernel
+// cannot exchange here).
+func swapping(a, b string) (stop func() int) {
+	var end atomic.Bool
+	done := make(chan int)
+	go func() {
+		n := 0
+		for !end.Load() {
+			if unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil {
+				n++
+			}
+		}
+		done <- n
+	}()
+	return func() int {
+		end.Store(true)
+		return <-done
 	}
 }

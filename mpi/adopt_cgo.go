@@ -30,11 +30,8 @@ var adopted atomic.Bool
 func Adopt() error {
 	var err error
 	onThread(func() {
-		switch state.Load() {
-		case stateInit:
-			return
-		case stateDone:
-			err = ErrFinalized
+		var done bool
+		if done, err = started(); done {
 			return
 		}
 		var provided, required, flag C.int
@@ -62,14 +59,9 @@ func Adopt() error {
 				threadLevel(provided), ErrThreadLevel)
 			return
 		}
-		var rank, size C.int
-		if err = mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		if err = readWorld(); err != nil {
 			return
 		}
-		if err = mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
-			return
-		}
-		world.rank, world.size = int(rank), int(size)
 		adopted.Store(true)
 		state.Store(stateInit)
 	})

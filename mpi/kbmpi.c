@@ -49,18 +49,28 @@ static int put(MPI_Comm c, int *h) {
 	return MPI_SUCCESS;
 }
 
+/* tab_init allocates the handle table on first use (8 slots, all
+   MPI_COMM_NULL); non-zero when out of memory. */
+static int tab_init(void) {
+	if (tab != NULL) {
+		return 0;
+	}
+	tab = malloc(8 * sizeof *tab);
+	if (tab == NULL) {
+		return -1;
+	}
+	ntab = 8;
+	for (int i = 0; i < ntab; i++) {
+		tab[i] = MPI_COMM_NULL;
+	}
+	return 0;
+}
+
 int kb_init(int *provided, int *required) {
 	int flag = 0, rc;
 	*required = MPI_THREAD_FUNNELED;
-	if (tab == NULL) {
-		tab = malloc(8 * sizeof *tab);
-		if (tab == NULL) {
-			return KB_ERR_NOMEM;
-		}
-		ntab = 8;
-		for (int i = 0; i < ntab; i++) {
-			tab[i] = MPI_COMM_NULL;
-		}
+	if (tab_init() != 0) {
+		return KB_ERR_NOMEM;
 	}
 	rc = MPI_Initialized(&flag);
 	if (rc != MPI_SUCCESS) {
@@ -312,15 +322,8 @@ int kb_adopt(int *provided, int *required, int *flag) {
 		return rc;
 	}
 	*flag = 1;
-	if (tab == NULL) {
-		tab = malloc(8 * sizeof *tab);
-		if (tab == NULL) {
-			return KB_ERR_NOMEM;
-		}
-		ntab = 8;
-		for (int i = 0; i < ntab; i++) {
-			tab[i] = MPI_COMM_NULL;
-		}
+	if (tab_init() != 0) {
+		return KB_ERR_NOMEM;
 	}
 	tab[0] = MPI_COMM_WORLD;
 	return MPI_Query_thread(provided);

@@ -102,11 +102,8 @@ func call(name string, f func() C.int) error {
 func Init() error {
 	var err error
 	onThread(func() {
-		switch state.Load() {
-		case stateInit:
-			return
-		case stateDone:
-			err = ErrFinalized
+		var done bool
+		if done, err = started(); done {
 			return
 		}
 		var provided, required C.int
@@ -120,17 +117,38 @@ func Init() error {
 			state.Store(stateInit)
 			return
 		}
-		var rank, size C.int
-		if err = mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		if err = readWorld(); err != nil {
 			return
 		}
-		if err = mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
-			return
-		}
-		world.rank, world.size = int(rank), int(size)
 		state.Store(stateInit)
 	})
 	return err
+}
+
+// started says whether Init or Adopt has nothing to do: MPI is this
+// package's already (nil), or was finalised (ErrFinalized).
+func started() (bool, error) {
+	switch state.Load() {
+	case stateInit:
+		return true, nil
+	case stateDone:
+		return true, ErrFinalized
+	}
+	return false, nil
+}
+
+// readWorld records the world's rank and size (after Init or Adopt, on
+// the MPI thread).
+func readWorld() error {
+	var rank, size C.int
+	if err := mpiError("MPI_Comm_rank", C.kb_rank(0, &rank)); err != nil {
+		return err
+	}
+	if err := mpiError("MPI_Comm_size", C.kb_size(0, &size)); err != nil {
+		return err
+	}
+	world.rank, world.size = int(rank), int(size)
+	return nil
 }
 
 // Finalize finalises MPI, freeing every communicator made by Split and

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"path/filepath"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -18,7 +16,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/detect"
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
@@ -51,7 +49,7 @@ func init() {
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
 			quietFlag,
-			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, EnvVars: []string{"KBUNDLE_TIMEOUT"},
+			&cli.DurationFlag{Name: "timeout", Value: loadcmd.DefaultTimeout, EnvVars: []string{"KBUNDLE_TIMEOUT"},
 				Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down"},
 		},
 		Action: loadAction,
@@ -179,7 +177,7 @@ func loadAction(c *cli.Context) error {
 			return nil
 		}
 	}
-	return l.run(world, false, jobID(), path)
+	return l.run(world, false, path)
 }
 
 // withMPI initialises MPI, loads over the world, and finalises.
@@ -199,20 +197,7 @@ func (l *loader) withMPI(det detect.Result, path string) (err error) {
 			l.warnf("%s", msg)
 		}
 	}
-	// A job id the same on every rank, for the default DEST.
-	id := jobID()
-	pid := int64(0)
-	if w.Rank() == 0 {
-		pid = int64(os.Getpid())
-	}
-	p, perr := w.AllreduceInt64(pid, mpi.Max)
-	if perr != nil {
-		return cli.Exit(perr.Error(), exitError)
-	}
-	if id == "" {
-		id = "pid" + strconv.FormatInt(p, 10)
-	}
-	return l.run(broadcast.FromMPI(w), true, id, path)
+	return l.run(broadcast.FromMPI(w), true, path)
 }
 
 // loadExitCode is exitFor's status for a load: a failure that is not
@@ -232,37 +217,31 @@ func loadError(err error) error {
 }
 
 // run loads over world and reports.
-func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path string) error {
+func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error {
 	c := l.c
+	// A job id the same on every rank, for the default DEST.
+	job, err := loadcmd.JobID(world, os.Getenv)
+	if err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
 	dest, err := defaultDest(c.String("to"), job)
 	if err != nil {
 		return l.fail(err.Error(), exitUsage)
 	}
-	host, _ := os.Hostname()
-	plan := load.Plan{
-		Bundle: path, Dest: dest, Force: c.Bool("force"), Jobs: c.Int("jobs"),
-		Presets: l.presets, UseRecorded: len(l.presets) == 0 && !c.IsSet("preset"),
-		Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true,
-		Timeout: c.Duration("timeout"),
-		OnTimeout: func(msg string) {
-			fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
-			mpi.Abort(exitError)
-		},
-	}
-	if v := os.Getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
-			return l.fail(fmt.Sprintf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize)), exitUsage)
-		}
-		plan.ChunkSize = n
-	}
-	if n, err := ranksPerNode(); err != nil {
+	plan, err := loadcmd.Plan(os.Getenv)
+	if err != nil {
 		return l.fail(err.Error(), exitUsage)
-	} else if n > 0 && usingMPI {
-		plan.RanksPerNode = n
+	}
+	plan.Bundle, plan.Dest, plan.Force, plan.Jobs = path, dest, c.Bool("force"), c.Int("jobs")
+	plan.Presets, plan.UseRecorded = l.presets, len(l.presets) == 0 && !c.IsSet("preset")
+	plan.Timeout = c.Duration("timeout")
+	plan.OnTimeout = func(msg string) {
+		fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+		mpi.Abort(exitError)
 	}
 	if !usingMPI {
-		plan.Timeout = 0 // nothing collective to hang on
+		plan.Timeout = 0      // nothing collective to hang on
+		plan.RanksPerNode = 0 // one process: one node
 	}
 	res, err := load.Run(c.Context, world, plan)
 	if err != nil {
@@ -327,14 +306,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, job string, path s
 // loadMessage is the agreed failure as printed: one line a failing node
 // (host, ranks, reason), then what it means, then a hint.
 func loadMessage(err error) string {
-	var e *broadcast.Error
-	lines := []string{err.Error()}
-	if errors.As(err, &e) && len(e.Reasons) > 0 {
-		lines = e.Reasons
-		if more := e.Ranks - len(e.Reasons); more > 0 && len(e.Reasons) >= load.MaxNamed {
-			lines = append(lines, fmt.Sprintf("... and %d more failing ranks", more))
-		}
-	}
+	lines := loadcmd.Reasons(err)
 	if !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
@@ -374,52 +346,13 @@ func envSet(c *cli.Context, name string) bool {
 	return false
 }
 
-// jobID returns the scheduler's or launcher's job id, or "".
-func jobID() string {
-	for _, k := range []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"} {
-		if v := os.Getenv(k); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// defaultDest returns to, or the default node-local per-job directory.
+// defaultDest returns to, absolute, or the default node-local per-job
+// directory.
 func defaultDest(to, job string) (string, error) {
-	if to != "" {
-		// DEST is printed alone on stdout's first line, for scripts: a
-		// control character (a newline) in it would break that.
-		if strings.IndexFunc(to, unicode.IsControl) >= 0 {
-			return "", fmt.Errorf("--to %s: control characters are not allowed in DEST", safe(to))
-		}
-		return filepath.Abs(to)
+	// DEST is printed alone on stdout's first line, for scripts: a
+	// control character (a newline) in it would break that.
+	if strings.IndexFunc(to, unicode.IsControl) >= 0 {
+		return "", fmt.Errorf("--to %s: control characters are not allowed in DEST", safe(to))
 	}
-	if job == "" {
-		job = "pid" + strconv.Itoa(os.Getpid())
-	}
-	// Not $PALS_SPOOL_DIR or $FLUX_JOB_TMPDIR: the launcher removes them
-	// when the load's own launch ends, before the application starts.
-	return load.Dest(os.Getenv("TMPDIR"), userName(), job), nil
-}
-
-func userName() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return strconv.Itoa(os.Getuid())
-}
-
-// ranksPerNode reads the testing knob KBUNDLE_TEST_RANKS_PER_NODE: when
-// set, every N consecutive ranks form one "node" and each node extracts to
-// DEST.node<k>, so the multi-node path runs on one machine.
-func ranksPerNode() (int, error) {
-	v := os.Getenv("KBUNDLE_TEST_RANKS_PER_NODE")
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
-	}
-	return n, nil
+	return loadcmd.Dest(to, os.Getenv, job)
 }

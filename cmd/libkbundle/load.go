@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
@@ -86,9 +85,6 @@ type result struct {
 	HeldBytes     int64    `json:"held_bytes"`
 }
 
-// defaultTimeout is `kbundle load --timeout`'s default.
-const defaultTimeout = 10 * time.Minute
-
 // loadFortran is kbundle_load: it adopts the program's MPI, duplicates
 // the communicator whose Fortran handle is comm, and loads over it.
 func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
@@ -134,13 +130,13 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 func guardTimeout(r request) time.Duration {
 	d, err := timeout(r, func(k string) string { return r.Environ[k] })
 	if err != nil {
-		return defaultTimeout
+		return loadcmd.DefaultTimeout
 	}
 	return d
 }
 
 // timeout returns the request's timeout: its own, else $KBUNDLE_TIMEOUT,
-// else defaultTimeout; 0 means none.
+// else loadcmd.DefaultTimeout; 0 means none.
 func timeout(r request, getenv func(string) string) (time.Duration, error) {
 	switch v := getenv("KBUNDLE_TIMEOUT"); {
 	case r.Timeout != nil:
@@ -155,7 +151,7 @@ func timeout(r request, getenv func(string) string) (time.Duration, error) {
 		}
 		return d, nil
 	}
-	return defaultTimeout, nil
+	return loadcmd.DefaultTimeout, nil
 }
 
 func encode(r result) []byte {
@@ -173,17 +169,9 @@ func encode(r result) []byte {
 func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout func(string)) result {
 	getenv := func(k string) string { return r.Environ[k] }
 	// A job id the same on every rank, for the default destination.
-	pid := int64(0)
-	if world.Rank() == 0 {
-		pid = int64(os.Getpid())
-	}
-	p0, err := world.AllreduceInt64(pid, mpi.Max)
+	job, err := loadcmd.JobID(world, getenv)
 	if err != nil {
 		return result{Kind: kindMPI, Reason: err.Error()}
-	}
-	job := jobID(getenv)
-	if job == "" {
-		job = "pid" + strconv.FormatInt(p0, 10)
 	}
 	p, local := resolve(r, getenv, job, world.Rank())
 	// Every rank learns every rank's argument problem: the same result
@@ -235,11 +223,8 @@ func orEmpty(s []string) []string {
 // `kbundle load` reads its flags and KBUNDLE_ variables. The error is
 // this rank's; one about the bundle matches broadcast.ErrNoBundle.
 func resolve(r request, getenv func(string) string, job string, rank int) (load.Plan, error) {
-	host, _ := os.Hostname()
-	p := load.Plan{
-		Bundle: r.Bundle, Force: r.Force,
-		Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true,
-	}
+	p, knobs := loadcmd.Plan(getenv)
+	p.Bundle, p.Force = r.Bundle, r.Force
 	switch v := getenv("KBUNDLE_JOBS"); {
 	case r.Jobs != nil:
 		if *r.Jobs < 0 {
@@ -276,21 +261,14 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 		return p, err
 	}
 	p.Timeout = d
-	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
-			return p, fmt.Errorf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize))
-		}
-		p.ChunkSize = n
+	if knobs != nil {
+		return p, knobs
 	}
-	if v := getenv("KBUNDLE_TEST_RANKS_PER_NODE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return p, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
-		}
-		p.RanksPerNode = n
+	dest := r.Dest
+	if dest == "" {
+		dest = getenv("KBUNDLE_LOCAL_DIR")
 	}
-	dest, err := destination(r.Dest, getenv, job)
+	dest, err = loadcmd.Dest(dest, getenv, job)
 	if err != nil {
 		return p, err
 	}
@@ -305,50 +283,10 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 	return p, nil
 }
 
-// jobIDVars are the scheduler and launcher variables holding a job id,
-// in `kbundle load`'s order (cmd/kbundle/load.go jobID; a test keeps the
-// two lists equal).
-var jobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
-
-func jobID(getenv func(string) string) string {
-	for _, k := range jobIDVars {
-		if v := getenv(k); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// destination returns dest, else $KBUNDLE_LOCAL_DIR, else `kbundle
-// load`'s default (load.Dest), absolute.
-func destination(dest string, getenv func(string) string, job string) (string, error) {
-	if dest == "" {
-		dest = getenv("KBUNDLE_LOCAL_DIR")
-	}
-	if dest != "" {
-		return filepath.Abs(dest)
-	}
-	return load.Dest(getenv("TMPDIR"), userName(), job), nil
-}
-
-func userName() string {
-	if u, err := user.Current(); err == nil && u.Username != "" {
-		return u.Username
-	}
-	return strconv.Itoa(os.Getuid())
-}
-
 // failure is an agreed failure as `kbundle load` prints it: one line a
 // failing node (host, ranks, reason), then what it means; the hint apart.
 func failure(kind string, err error) result {
-	var e *broadcast.Error
-	lines := []string{err.Error()}
-	if errors.As(err, &e) && len(e.Reasons) > 0 {
-		lines = e.Reasons
-		if more := e.Ranks - len(e.Reasons); more > 0 && len(e.Reasons) >= load.MaxNamed {
-			lines = append(lines, fmt.Sprintf("... and %d more failing ranks", more))
-		}
-	}
+	lines := loadcmd.Reasons(err)
 	if kind == kindFailed {
 		lines = append(lines, "nothing was installed on any node")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/kbundle/kbundle/mpi"
 )
 
@@ -191,7 +192,7 @@ func TestDefaultDest(t *testing.T) {
 		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
 	})
 	same(t, rs)
-	if !rs[0].OK || rs[0].Dest != filepath.Join(tmp, "kbundle-"+userName()+"-4242") {
+	if !rs[0].OK || rs[0].Dest != filepath.Join(tmp, "kbundle-"+loadcmd.UserName()+"-4242") {
 		t.Fatalf("%+v", rs[0])
 	}
 	local := filepath.Join(t.TempDir(), "local")
@@ -209,23 +210,6 @@ func TestDefaultDest(t *testing.T) {
 	if rs[0].OK || rs[0].Kind != kindFailed || !strings.Contains(rs[0].Hint, "force=True") ||
 		!strings.Contains(rs[0].Reason, "nothing was installed on any node") {
 		t.Fatalf("%+v", rs[0])
-	}
-}
-
-// TestJobIDVars: the same job id variables, in the same order, as
-// `kbundle load`, so that both find the same default destination.
-func TestJobIDVars(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "kbundle", "load.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`func jobID\(\) string \{\s*for _, k := range \[\]string\{([^}]*)\}`).FindSubmatch(b)
-	if m == nil {
-		t.Fatal("cmd/kbundle/load.go: jobID's list not found; update this test")
-	}
-	want := strings.Join(jobIDVars, `", "`)
-	if got := strings.Trim(string(m[1]), `"`); got != want {
-		t.Errorf("cmd/kbundle jobID reads %s; cmd/libkbundle reads %s", got, want)
 	}
 }
 

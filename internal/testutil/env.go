@@ -3,6 +3,7 @@ package testutil
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -27,4 +28,23 @@ func ReadEnvFixture(path string) (map[string]string, error) {
 		env[k] = v
 	}
 	return env, nil
+}
+
+// launchPrefixes start the names of the variables that make a process
+// believe it runs under a launcher or change kbundle's behaviour.
+var launchPrefixes = []string{"SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "PBS_", "HYDRA_", "MPI_LOCAL", "FLUX_", "KBUNDLE_"}
+
+// CleanEnv is this process's environment without the launchers' and
+// kbundle's variables (in case the tests themselves run inside an
+// allocation), but for the names in keep.
+func CleanEnv(keep ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(keep, name) && slices.ContainsFunc(launchPrefixes, func(p string) bool { return strings.HasPrefix(name, p) }) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }

@@ -15,17 +15,15 @@ the bundle's framework presets are set in ``os.environ``. See
 docs/python.md.
 """
 
-from ._load import (
+from ._errors import (
     BundleUnusableError,
     KbundleError,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
     LoadFailedError,
-    LoadResult,
-    load_bundle,
-    mpi_library,
 )
+from ._load import LoadResult, load_bundle, mpi_library
 
 __all__ = [
     "BundleUnusableError",

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
 from . import _lib
 from ._errors import (
     BundleUnusableError,
-    KbundleError,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
@@ -24,18 +23,6 @@ from ._errors import (
 
 if TYPE_CHECKING:  # mpi4py is imported at call time only
     from mpi4py import MPI
-
-__all__ = [
-    "BundleUnusableError",
-    "KbundleError",
-    "KbundleMPIError",
-    "KbundleUsageError",
-    "KbundleWarning",
-    "LoadFailedError",
-    "LoadResult",
-    "load_bundle",
-    "mpi_library",
-]
 
 PathArg = Union[str, "os.PathLike[str]"]
 

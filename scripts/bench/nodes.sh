@@ -61,41 +61,8 @@ done
 
 kb=$work/kbundle
 CC=mpicc.openmpi go build -tags mpi -o "$kb" ./cmd/kbundle
-cat >"$work/bcast.c" <<'C'
-#include <limits.h>
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-/* rank 0 reads argv[1]; every rank gets the bytes by MPI_Bcast and writes
-   them to argv[2] (node-local). */
-int main(int argc, char **argv) {
-	int rank;
-	long long size = 0;
-	char *buf;
-	MPI_Init(&argc, &argv);
-	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-	FILE *f = NULL;
-	if (rank == 0) {
-		f = fopen(argv[1], "rb");
-		if (!f) MPI_Abort(MPI_COMM_WORLD, 1);
-		fseek(f, 0, SEEK_END);
-		size = ftell(f);
-		rewind(f);
-	}
-	MPI_Bcast(&size, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-	buf = malloc(size ? size : 1);
-	if (rank == 0 && fread(buf, 1, size, f) != (size_t)size) MPI_Abort(MPI_COMM_WORLD, 1);
-	for (long long off = 0; off < size; off += INT_MAX) {
-		long long n = size - off < INT_MAX ? size - off : INT_MAX;
-		MPI_Bcast(buf + off, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD);
-	}
-	FILE *o = fopen(argv[2], "wb");
-	if (!o || fwrite(buf, 1, size, o) != (size_t)size || fclose(o)) MPI_Abort(MPI_COMM_WORLD, 1);
-	MPI_Finalize();
-	return 0;
-}
-C
-mpicc.openmpi -O2 -o "$work/bcast" "$work/bcast.c"
+# The floor (bcast.c): rank 0 reads the file, MPI_Bcast, one writer per node.
+mpicc.openmpi -O2 -o "$work/bcast" scripts/bench/bcast.c
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # shellcheck disable=SC2054 # the commas are MCA values

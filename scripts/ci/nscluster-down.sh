@@ -16,38 +16,13 @@
 # any failure; what it did is reported on stderr.
 set -u
 
-STATE=${1:-${KBUNDLE_TEST_CLUSTER:-/tmp/kbundle-nscluster}}
-case $STATE in
-/*) ;;
-*) STATE=$PWD/$STATE ;;
-esac
-STATE=${STATE%/}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+STATE=$(state_dir "${1:-${KBUNDLE_TEST_CLUSTER:-/tmp/kbundle-nscluster}}")
 OWNER=/run/kbundle-nscluster.owner
 LIST=$STATE/nodes/list
 
 say() { printf 'nscluster-down: %s\n' "$*" >&2; }
-
-alive() {
-	local st
-	[[ -r /proc/$1/stat ]] || return 1
-	st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ -n $st && $st != Z && $st != X ]]
-}
-
-# wait_gone TICKS PID...: wait up to TICKS tenths of a second for the pids to exit.
-wait_gone() {
-	local ticks=$1 i pid left
-	shift
-	for ((i = 0; i < ticks; i++)); do
-		left=0
-		for pid in "$@"; do
-			alive "$pid" && left=1
-		done
-		((left)) || return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 # kill_all SIGNAL-TICKS PID...: TERM, wait, then KILL.
 kill_all() {

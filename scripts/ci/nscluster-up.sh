@@ -42,12 +42,9 @@
 # it knows on stderr and exits 1.
 set -euo pipefail
 
-STATE=${1:-${KBUNDLE_TEST_CLUSTER:-/tmp/kbundle-nscluster}}
-case $STATE in
-/*) ;;
-*) STATE=$PWD/$STATE ;;
-esac
-STATE=${STATE%/}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+STATE=$(state_dir "${1:-${KBUNDLE_TEST_CLUSTER:-/tmp/kbundle-nscluster}}")
 NODES=${KBUNDLE_NSCLUSTER_NODES:-3}
 LOCALSIZE=${KBUNDLE_NSCLUSTER_LOCAL_SIZE:-2g}
 WAIT=${KBUNDLE_NSCLUSTER_WAIT:-60}

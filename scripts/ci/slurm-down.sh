@@ -15,24 +15,12 @@
 # what it did is reported on stderr.
 set -u
 
-STATE=${1:-${KBUNDLE_SLURM_STATE:-/tmp/kbundle-slurm}}
-case $STATE in
-/*) ;;
-*) STATE=$PWD/$STATE ;;
-esac
-STATE=${STATE%/}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+STATE=$(state_dir "${1:-${KBUNDLE_SLURM_STATE:-/tmp/kbundle-slurm}}")
 CONF=$STATE/slurm.conf
 
 say() { printf 'slurm-down: %s\n' "$*" >&2; }
-
-# alive PID: the process exists and is not a zombie (in a container the
-# reaper may be missing, so a killed daemon can linger as a zombie).
-alive() {
-	local st
-	[[ -r /proc/$1/stat ]] || return 1
-	st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-	[[ -n $st && $st != Z && $st != X ]]
-}
 
 # ours PID NAME: PID is a live NAME process whose command line or
 # environment mentions STATE (guards against a recycled pid).
@@ -66,20 +54,6 @@ find_pids() {
 }
 
 # stop NAME PIDFILE: TERM our NAME processes, wait up to 20 s, then KILL.
-# wait_gone TICKS PID...: wait up to TICKS tenths of a second for the pids to exit.
-wait_gone() {
-	local ticks=$1 i pid left
-	shift
-	for ((i = 0; i < ticks; i++)); do
-		left=0
-		for pid in "$@"; do
-			alive "$pid" && left=1
-		done
-		((left)) || return 0
-		sleep 0.1
-	done
-}
-
 stop() {
 	local name=$1 pidfile=$2 pid i
 	local -a pids

@@ -26,12 +26,9 @@
 # daemons' log tails on stderr and exits 1.
 set -euo pipefail
 
-STATE=${1:-${KBUNDLE_SLURM_STATE:-/tmp/kbundle-slurm}}
-case $STATE in
-/*) ;;
-*) STATE=$PWD/$STATE ;;
-esac
-STATE=${STATE%/}
+# shellcheck source=SCRIPTDIR/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+STATE=$(state_dir "${1:-${KBUNDLE_SLURM_STATE:-/tmp/kbundle-slurm}}")
 WAIT=${KBUNDLE_SLURM_WAIT:-60}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATE=$HERE/slurm.conf.in

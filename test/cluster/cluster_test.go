@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/internal/testutil/tree"
 )
 
 // The shape every job here has: 3 nodes of 2 ranks, placed by slot (ranks
@@ -161,25 +162,6 @@ func (c *cluster) root(node, p string) string {
 	return filepath.Join("/proc", strconv.Itoa(c.pids[node]), "root", p)
 }
 
-// cleanEnv is this process's environment without anything that would make
-// a child believe it runs under a launcher or change kbundle's behaviour.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch {
-		case strings.HasPrefix(name, "SLURM_"), strings.HasPrefix(name, "OMPI_"),
-			strings.HasPrefix(name, "PMI_"), strings.HasPrefix(name, "PMIX_"),
-			strings.HasPrefix(name, "PALS_"), strings.HasPrefix(name, "PBS_"),
-			strings.HasPrefix(name, "HYDRA_"), strings.HasPrefix(name, "MPI_LOCAL"),
-			strings.HasPrefix(name, "FLUX_"), strings.HasPrefix(name, "KBUNDLE_"):
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
 // result is a finished command.
 type result struct {
 	argv           []string
@@ -203,14 +185,14 @@ type proc struct {
 	res    *result
 }
 
-// start starts argv (with cleanEnv()+env) in its own process group, killed
-// with the group after timeout.
+// start starts argv (with testutil.CleanEnv()+env) in its own process
+// group, killed with the group after timeout.
 func start(t *testing.T, timeout time.Duration, env []string, argv ...string) *proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	p := &proc{ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(testutil.CleanEnv(), env...)
 	cmd.Dir = tmpRoot
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -479,11 +461,8 @@ func makeTree(t *testing.T, big int) string {
 		{"top.txt", 12, 0o444},
 		{"big/blob.bin", big, 0o644},
 	}
+	spec := tree.Spec{}
 	for i, f := range files {
-		p := filepath.Join(dir, filepath.FromSlash(f.name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
 		b := make([]byte, f.size)
 		if f.name == "big/blob.bin" {
 			for j := 0; j+8 <= len(b); j += 8 { // incompressible
@@ -497,31 +476,17 @@ func makeTree(t *testing.T, big int) string {
 				b[j] = byte(rng.IntN(16))
 			}
 		}
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.mode); err != nil {
-			t.Fatal(err)
-		}
-		mt := time.Unix(1700000000+int64(i), int64(123456789+i))
-		if err := os.Chtimes(p, mt, mt); err != nil {
-			t.Fatal(err)
-		}
+		spec[f.name] = tree.File{Data: string(b), Mode: f.mode, MTime: time.Unix(1700000000+int64(i), int64(123456789+i))}
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "empty", "dir"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && p != dir {
-			dirs = append(dirs, p)
+	// Directory mtimes in the order of a walk.
+	for i, d := range []string{"big", "bin", "empty", "empty/dir", "numba", "triton", "triton/abc123", "triton/def456"} {
+		mode := fs.FileMode(0o755)
+		if strings.HasPrefix(d, "empty") {
+			mode = 0o750
 		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		mt := time.Unix(1600000000+int64(i), 987654321)
-		os.Chtimes(dirs[i], mt, mt)
+		spec[d] = tree.File{Dir: true, Mode: mode, MTime: time.Unix(1600000000+int64(i), 987654321)}
 	}
+	tree.Write(t, dir, spec)
 	return dir
 }
 
@@ -541,59 +506,15 @@ func pack(t *testing.T, kb, tree string) string {
 	return out
 }
 
-// sameTrees compares two trees: kinds, permissions, nanosecond mtimes
-// (files and directories) and content; got must also hold kbundle's
-// top-level install marker, and nothing else.
+// sameTrees compares two trees: kinds, all permission bits, nanosecond
+// mtimes (files and directories) and content (tree.Diff); got must also
+// hold kbundle's top-level install marker, and nothing else.
 func sameTrees(t *testing.T, label, want, got string) {
 	t.Helper()
-	seen := map[string]bool{}
-	err := filepath.WalkDir(want, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == want {
-			return err
-		}
-		rel, _ := filepath.Rel(want, p)
-		seen[rel] = true
-		wi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		gi, err := os.Lstat(filepath.Join(got, rel))
-		if err != nil {
-			t.Errorf("%s: %s: %v", label, rel, err)
-			return nil
-		}
-		if wi.Mode() != gi.Mode() {
-			t.Errorf("%s: %s: mode %v, want %v", label, rel, gi.Mode(), wi.Mode())
-		}
-		if !wi.ModTime().Equal(gi.ModTime()) {
-			t.Errorf("%s: %s: mtime %v, want %v", label, rel, gi.ModTime(), wi.ModTime())
-		}
-		if !d.IsDir() {
-			wb, _ := os.ReadFile(p)
-			gb, err := os.ReadFile(filepath.Join(got, rel))
-			if err != nil || !bytes.Equal(wb, gb) {
-				t.Errorf("%s: %s: content differs (%v)", label, rel, err)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	if d := tree.Diff(want, got, tree.Options{Mtimes: true, AllModeBits: true}); d != "" {
+		t.Errorf("%s: %s differs from %s:\n%s", label, got, want, d)
 	}
-	marked := false
-	filepath.WalkDir(got, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && p != got {
-			rel, _ := filepath.Rel(got, p)
-			switch {
-			case rel == installedMarker && d.Type().IsRegular():
-				marked = true
-			case !seen[rel]:
-				t.Errorf("%s: %s: not in the source tree", label, rel)
-			}
-		}
-		return nil
-	})
-	if !marked {
+	if fi, err := os.Lstat(filepath.Join(got, installedMarker)); err != nil || !fi.Mode().IsRegular() {
 		t.Errorf("%s: %s: no %s (kbundle marks every tree it installs; docs/usage.md)", label, got, installedMarker)
 	}
 }

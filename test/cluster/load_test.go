@@ -7,18 +7,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
-)
 
-// detection is `kbundle detect --json` (its stable fields).
-type detection struct {
-	Launcher  string `json:"launcher"`
-	MPI       bool   `json:"mpi"`
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"`
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	Node      int    `json:"node"`
-}
+	"github.com/kbundle/kbundle/internal/testutil"
+)
 
 // TestDetect: `kbundle detect --json` on every rank of every node reports
 // its rank, the job's size, its local rank and size and, where the launcher
@@ -35,7 +26,7 @@ func TestDetect(t *testing.T) {
 			seen := map[int]bool{}
 			for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
 				host, js, _ := strings.Cut(line, " ")
-				var d detection
+				var d testutil.Detection
 				if err := json.Unmarshal([]byte(js), &d); err != nil {
 					t.Fatalf("line %q: %v\n%s", line, err, r)
 				}

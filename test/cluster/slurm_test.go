@@ -4,23 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
-)
-
-var (
-	reJobState = regexp.MustCompile(`\bJobState=(\S+)`)
-	reExitCode = regexp.MustCompile(`\bExitCode=(\d+):(\d+)`)
-	terminal   = map[string]bool{
-		"COMPLETED": true, "FAILED": true, "CANCELLED": true, "TIMEOUT": true,
-		"NODE_FAIL": true, "PREEMPTED": true, "BOOT_FAIL": true, "DEADLINE": true,
-		"OUT_OF_MEMORY": true,
-	}
 )
 
 // slurm runs a Slurm client command on the controller node.
@@ -62,12 +51,7 @@ func (c *cluster) sbatch(t *testing.T, env []string, script string, args ...stri
 	var rec string
 	for {
 		rec = strings.TrimSpace(c.slurm(t, nil, "scontrol", "show", "job", "-o", id).stdout)
-		if m := reJobState.FindStringSubmatch(rec); m != nil && terminal[m[1]] {
-			state = m[1]
-			if e := reExitCode.FindStringSubmatch(rec); e != nil {
-				exit, _ = strconv.Atoi(e[1])
-			}
-			ended = true
+		if state, exit, _, ended = testutil.JobEnded(rec); ended {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -74,18 +74,11 @@ func TestJAX(t *testing.T) {
 	for _, v := range testutil.MPIVariants {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", v, n), func(t *testing.T) {
-				dest, env := loadN(t, v, n, bundlePath, "jax")
-				before := snapshot(t, dest)
-				stdout, stderr, code := testutil.RunMPI(t, v, n, env, py, script)
-				if code != 0 {
-					t.Fatalf("%s workload: exit %d\n%s\n%s", testutil.Describe(v, n), code, stdout, stderr)
-				}
+				res, stderr, dest, wrote := runLoaded[jaxResult](t, v, n, bundlePath, "jax", py, script)
 				if strings.Contains(stderr, xlaRejected) {
 					t.Errorf("XLA rejected cached executables (jax-ml/jax#38445):\n%s", stderr)
 				}
-				var ranks []int
-				for _, r := range jsonLines[jaxResult](t, stdout) {
-					ranks = append(ranks, r.Rank)
+				for _, r := range res {
 					if r.Hits != cold.Requests || r.Misses != 0 || r.Requests != cold.Requests || len(r.Rejected) != 0 {
 						t.Errorf("rank %d: %d requests, %d hits, %d misses, rejected %q; want %d hits",
 							r.Rank, r.Requests, r.Hits, r.Misses, r.Rejected, cold.Requests)
@@ -94,10 +87,7 @@ func TestJAX(t *testing.T) {
 						t.Errorf("rank %d used %q (checksum %v), not the loaded copy under %s (%v)", r.Rank, r.CacheDir, r.Checksum, dest, cold.Checksum)
 					}
 				}
-				checkRanksN(t, ranks, n)
-				if d := warmup.Diff(before, snapshot(t, dest)); !d.Empty() {
-					t.Errorf("the run wrote to the loaded cache: added %v changed %v", d.Added, d.Changed)
-				}
+				checkUnwritten(t, wrote)
 			})
 		}
 	}
@@ -136,6 +126,8 @@ func TestJAXEviction(t *testing.T) {
 	}
 }
 
+func (r jaxResult) rank() int { return r.Rank }
+
 type inductorResult struct {
 	Rank      int     `json:"rank"`
 	Functions int     `json:"functions"`
@@ -147,6 +139,8 @@ type inductorResult struct {
 	CacheDir  string  `json:"cache_dir"`
 	Checksum  float64 `json:"checksum"`
 }
+
+func (r inductorResult) rank() int { return r.Rank }
 
 // TestInductor: torch.compile on the CPU (Inductor builds C++ kernels);
 // warm up (--pack --check), load to another path, and every rank of
@@ -184,15 +178,8 @@ func TestInductor(t *testing.T) {
 	for _, v := range testutil.MPIVariants {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", v, n), func(t *testing.T) {
-				dest, env := loadN(t, v, n, bundlePath, "inductor")
-				before := snapshot(t, dest)
-				stdout, stderr, code := testutil.RunMPI(t, v, n, env, py, script)
-				if code != 0 {
-					t.Fatalf("%s workload: exit %d\n%s\n%s", testutil.Describe(v, n), code, stdout, stderr)
-				}
-				var ranks []int
-				for _, r := range jsonLines[inductorResult](t, stdout) {
-					ranks = append(ranks, r.Rank)
+				res, _, dest, wrote := runLoaded[inductorResult](t, v, n, bundlePath, "inductor", py, script)
+				for _, r := range res {
 					if r.FXHits != cold.Functions || r.FXMisses != 0 || r.FXBypass != 0 || r.AOTHits != cold.Functions || r.AOTMisses != 0 {
 						t.Errorf("rank %d: FX graph cache %d hits %d misses %d bypasses, AOTAutograd %d hits %d misses; want %d hits each",
 							r.Rank, r.FXHits, r.FXMisses, r.FXBypass, r.AOTHits, r.AOTMisses, cold.Functions)
@@ -201,10 +188,7 @@ func TestInductor(t *testing.T) {
 						t.Errorf("rank %d used %q (checksum %v), not the loaded copy under %s (%v)", r.Rank, r.CacheDir, r.Checksum, dest, cold.Checksum)
 					}
 				}
-				checkRanksN(t, ranks, n)
-				if d := warmup.Diff(before, snapshot(t, dest)); !d.Empty() {
-					t.Errorf("the run wrote to the loaded cache: added %v changed %v", d.Added, d.Changed)
-				}
+				checkUnwritten(t, wrote)
 			})
 		}
 	}

@@ -41,20 +41,23 @@ func needPython(t *testing.T, pkgs string, modules ...string) {
 	}
 }
 
-// workload copies a test script to a fresh directory: its absolute path
-// and mtime stay fixed from the warm-up to the production run, as Numba
+// workload copies a test script, with the helpers it imports
+// (testdata/_common.py), to a fresh directory: its absolute path and
+// mtime stay fixed from the warm-up to the production run, as Numba
 // requires.
 func workload(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	for _, f := range []string{"_common.py", name} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	p := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return filepath.Join(dir, name)
 }
 
 // jsonLines decodes every line of out that is a JSON object.
@@ -188,12 +191,6 @@ func unquote(s string) string {
 	return b.String()
 }
 
-// checkRanks checks that exactly ranks 0..np-1 reported.
-func checkRanks(t *testing.T, ranks []int) {
-	t.Helper()
-	checkRanksN(t, ranks, np)
-}
-
 // checkRanksN checks that exactly ranks 0..n-1 reported.
 func checkRanksN(t *testing.T, ranks []int, n int) {
 	t.Helper()
@@ -204,6 +201,39 @@ func checkRanksN(t *testing.T, ranks []int, n int) {
 	}
 	if !slices.Equal(ranks, want) {
 		t.Errorf("ranks that reported: %v, want 0..%d", ranks, n-1)
+	}
+}
+
+// ranked is a workload's result line, which names its rank.
+type ranked interface{ rank() int }
+
+// runLoaded loads bundlePath with the preset under v at n ranks, runs the
+// workload (py script) on every rank with the variables the load printed,
+// checks that it exits 0 and that exactly ranks 0..n-1 report, and returns
+// the result lines, the workload's stderr, the destination and what the
+// run changed in the loaded copy.
+func runLoaded[T ranked](t *testing.T, v testutil.Variant, n int, bundlePath, preset, py, script string) (res []T, stderr, dest string, wrote *warmup.Delta) {
+	t.Helper()
+	dest, env := loadN(t, v, n, bundlePath, preset)
+	before := snapshot(t, dest)
+	stdout, stderr, code := testutil.RunMPI(t, v, n, env, py, script)
+	if code != 0 {
+		t.Fatalf("%s workload: exit %d\n%s\n%s", testutil.Describe(v, n), code, stdout, stderr)
+	}
+	res = jsonLines[T](t, stdout)
+	var ranks []int
+	for _, r := range res {
+		ranks = append(ranks, r.rank())
+	}
+	checkRanksN(t, ranks, n)
+	return res, stderr, dest, warmup.Diff(before, snapshot(t, dest))
+}
+
+// checkUnwritten fails the test when the run changed the loaded copy.
+func checkUnwritten(t *testing.T, d *warmup.Delta) {
+	t.Helper()
+	if !d.Empty() {
+		t.Errorf("the run wrote to the loaded cache: added %v changed %v", d.Added, d.Changed)
 	}
 }
 
@@ -244,15 +274,8 @@ func TestNumba(t *testing.T) {
 	}
 	for _, v := range testutil.MPIVariants {
 		t.Run(string(v), func(t *testing.T) {
-			dest, env := load(t, v, bundlePath, "numba")
-			before := snapshot(t, dest)
-			stdout, stderr, code := testutil.RunMPI(t, v, np, env, python, script)
-			if code != 0 {
-				t.Fatalf("%s workload: exit %d\n%s\n%s", testutil.Describe(v, np), code, stdout, stderr)
-			}
-			var ranks []int
-			for _, r := range jsonLines[numbaResult](t, stdout) {
-				ranks = append(ranks, r.Rank)
+			res, _, dest, wrote := runLoaded[numbaResult](t, v, np, bundlePath, "numba", python, script)
+			for _, r := range res {
 				if r.Hits != r.Overloads || r.Misses != 0 || r.Overloads != cold[0].Overloads {
 					t.Errorf("rank %d: %d cache hits, %d misses (compiled: %v) of %d overloads; want all hits",
 						r.Rank, r.Hits, r.Misses, r.Missed, r.Overloads)
@@ -261,13 +284,12 @@ func TestNumba(t *testing.T) {
 					t.Errorf("rank %d used %q, not the loaded copy under %s", r.Rank, r.CacheDir, dest)
 				}
 			}
-			checkRanks(t, ranks)
-			if d := warmup.Diff(before, snapshot(t, dest)); !d.Empty() {
-				t.Errorf("the run wrote to the loaded cache: added %v changed %v", d.Added, d.Changed)
-			}
+			checkUnwritten(t, wrote)
 		})
 	}
 }
+
+func (r numbaResult) rank() int { return r.Rank }
 
 type openclResult struct {
 	Rank            int    `json:"rank"`
@@ -279,6 +301,8 @@ type openclResult struct {
 	Error           string `json:"error"`
 }
 
+func (r openclResult) rank() int { return r.Rank }
+
 // pocl bookkeeping that a cache hit legitimately writes: an empty
 // last_accessed stamp per kernel directory and an empty temporary file per
 // process. Anything else (or anything with content) is a rebuild.
@@ -288,9 +312,8 @@ func poclBookkeeping(c warmup.Change) bool {
 		(base == "last_accessed" || strings.HasPrefix(base, "tempfile_"))
 }
 
-func checkNoRebuild(t *testing.T, before, after warmup.Snapshot) {
+func checkNoRebuild(t *testing.T, d *warmup.Delta) {
 	t.Helper()
-	d := warmup.Diff(before, after)
 	for _, c := range append(append([]warmup.Change{}, d.Added...), d.Changed...) {
 		if !poclBookkeeping(c) {
 			t.Errorf("new cache content written (a kernel was rebuilt): %s (%d bytes)", c.Path, c.Size)
@@ -314,15 +337,8 @@ func TestPyOpenCL(t *testing.T) {
 	}
 	for _, v := range testutil.MPIVariants {
 		t.Run(string(v), func(t *testing.T) {
-			dest, env := load(t, v, bundlePath, "pyopencl")
-			before := snapshot(t, dest)
-			stdout, stderr, code := testutil.RunMPI(t, v, np, env, python, script)
-			if code != 0 {
-				t.Fatalf("%s workload: exit %d\n%s\n%s", testutil.Describe(v, np), code, stdout, stderr)
-			}
-			var ranks []int
-			for _, r := range jsonLines[openclResult](t, stdout) {
-				ranks = append(ranks, r.Rank)
+			res, _, _, wrote := runLoaded[openclResult](t, v, np, bundlePath, "pyopencl", python, script)
+			for _, r := range res {
 				if r.Error != "" || len(r.Wrong) > 0 {
 					t.Errorf("rank %d: error %q, wrong results for programs %v", r.Rank, r.Error, r.Wrong)
 				}
@@ -331,8 +347,7 @@ func TestPyOpenCL(t *testing.T) {
 						r.Rank, r.Hits, r.Misses, r.BuiltFromSource, r.Programs)
 				}
 			}
-			checkRanks(t, ranks)
-			checkNoRebuild(t, before, snapshot(t, dest))
+			checkNoRebuild(t, wrote)
 		})
 	}
 	t.Run("pyopencl cache alone", func(t *testing.T) { pyopenclCacheAlone(t, script, cacheDir) })

@@ -80,6 +80,21 @@ func interrupt(t *testing.T, cmd *exec.Cmd, watch string, sig syscall.Signal) (i
 	return cmd.ProcessState.ExitCode(), time.Since(start), errb.String()
 }
 
+// packFastest packs tree with `kbundle pack --level fastest` into a fresh
+// store and returns the bundle's path.
+func packFastest(t *testing.T, kb, tree string) string {
+	t.Helper()
+	store := filepath.Join(t.TempDir(), "store")
+	if err := os.Mkdir(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(store, "cache.kbundle")
+	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--level", "fastest", "--dir", tree, "-o", file); code != 0 {
+		t.Fatalf("pack: %s", stderr)
+	}
+	return file
+}
+
 // TestSignalsLeaveNothing: SIGTERM, SIGINT and SIGHUP during pack,
 // extract, warm --pack and load (under mpirun) end the command within a
 // bounded time with 128+N (mpirun: non-zero) and leave no temporary file
@@ -87,12 +102,7 @@ func interrupt(t *testing.T, cmd *exec.Cmd, watch string, sig syscall.Signal) (i
 func TestSignalsLeaveNothing(t *testing.T) {
 	kb := testutil.Kbundle(t, testutil.NoMPI)
 	tree := bigTree(t, 160)
-	store := filepath.Join(t.TempDir(), "store")
-	os.Mkdir(store, 0o755)
-	bundleFile := filepath.Join(store, "cache.kbundle")
-	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--level", "fastest", "--dir", tree, "-o", bundleFile); code != 0 {
-		t.Fatalf("pack: %s", stderr)
-	}
+	bundleFile := packFastest(t, kb, tree)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
 		t.Run("pack/"+sig.String(), func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "b.kbundle")
@@ -145,13 +155,7 @@ func check(t *testing.T, code, want int, took time.Duration, stderr, dir string)
 // removed by the next extract into the same directory.
 func TestKilledLeavesNothingAfterNextRun(t *testing.T) {
 	kb := testutil.Kbundle(t, testutil.NoMPI)
-	tree := bigTree(t, 60)
-	store := filepath.Join(t.TempDir(), "store")
-	os.Mkdir(store, 0o755)
-	file := filepath.Join(store, "cache.kbundle")
-	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--level", "fastest", "--dir", tree, "-o", file); code != 0 {
-		t.Fatalf("pack: %s", stderr)
-	}
+	file := packFastest(t, kb, bigTree(t, 60))
 	parent := t.TempDir()
 	dest := filepath.Join(parent, "dest")
 	interrupt(t, exec.Command(kb, "extract", "--jobs", "1", file, dest), parent, syscall.SIGKILL)

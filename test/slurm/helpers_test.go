@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,36 +48,17 @@ func needSlurm(t *testing.T) {
 	}
 }
 
-// cleanEnv is the test process's environment without anything that would
-// make a child believe it runs under a launcher or change kbundle's mode
-// (in case the tests themselves run inside an allocation).
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		switch {
-		case name == "SLURM_CONF":
-		case strings.HasPrefix(name, "SLURM_"), strings.HasPrefix(name, "OMPI_"),
-			strings.HasPrefix(name, "PMI_"), strings.HasPrefix(name, "PMIX_"),
-			strings.HasPrefix(name, "PALS_"), strings.HasPrefix(name, "PBS_"),
-			strings.HasPrefix(name, "HYDRA_"), strings.HasPrefix(name, "MPI_LOCAL"),
-			strings.HasPrefix(name, "FLUX_"), strings.HasPrefix(name, "KBUNDLE_"):
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// run runs argv in dir (when not empty) with cleanEnv()+env, in its own
-// process group that is killed at the deadline, and returns its outputs
-// and exit code. A timeout fails the test.
+// run runs argv in dir (when not empty) with testutil.CleanEnv("SLURM_CONF")
+// (the test process's environment without launcher variables, in case
+// the tests themselves run inside an allocation) + env, in its own process
+// group that is killed at the deadline, and returns its outputs and exit
+// code. A timeout fails the test.
 func run(t *testing.T, env []string, dir string, argv ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(testutil.CleanEnv("SLURM_CONF"), env...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
@@ -121,16 +101,6 @@ func (j *job) requireState(t *testing.T, state string, exit int) {
 	}
 }
 
-var (
-	reJobState = regexp.MustCompile(`\bJobState=(\S+)`)
-	reExitCode = regexp.MustCompile(`\bExitCode=(\d+):(\d+)`)
-	terminal   = map[string]bool{
-		"COMPLETED": true, "FAILED": true, "CANCELLED": true, "TIMEOUT": true,
-		"NODE_FAIL": true, "PREEMPTED": true, "BOOT_FAIL": true, "DEADLINE": true,
-		"OUT_OF_MEMORY": true,
-	}
-)
-
 // submit submits script with sbatch (the job runs in dir, its output goes
 // to dir/NAME.out), then polls `scontrol show job` until the job ends, at
 // most jobTimeout; a job still running then is cancelled and the test fails.
@@ -158,12 +128,8 @@ func submit(t *testing.T, dir, name string, env, sbatchArgs []string, script str
 	for {
 		rec, _, _ := run(t, nil, "", "scontrol", "show", "job", "-o", id)
 		j.Record = strings.TrimSpace(rec)
-		if m := reJobState.FindStringSubmatch(j.Record); m != nil && terminal[m[1]] {
-			j.State = m[1]
-			if e := reExitCode.FindStringSubmatch(j.Record); e != nil {
-				j.Exit, _ = strconv.Atoi(e[1])
-				j.Signal, _ = strconv.Atoi(e[2])
-			}
+		var ended bool
+		if j.State, j.Exit, j.Signal, ended = testutil.JobEnded(j.Record); ended {
 			done = true
 			break
 		}
@@ -184,35 +150,22 @@ func submit(t *testing.T, dir, name string, env, sbatchArgs []string, script str
 	return j
 }
 
-// detection is `kbundle detect --json` (the stable fields of issue 3).
-type detection struct {
-	Launcher  string `json:"launcher"`
-	MPI       bool   `json:"mpi"`
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"`
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	Node      int    `json:"node"`
-	Mode      string `json:"mode"`
-	Reason    string `json:"reason"`
-}
-
 // detectCmd is a shell command that runs `KBUNDLE detect --json` into a
 // file of its own under DIR (one per process: no interleaved output).
 // Use as: sh -c detectCmd KBUNDLE DIR.
 const detectCmd = `exec "$0" detect --json > "$1/detect.$$.json"`
 
 // readDetections decodes every detect.*.json in dir, sorted by rank.
-func readDetections(t *testing.T, dir string) []detection {
+func readDetections(t *testing.T, dir string) []testutil.Detection {
 	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "detect.*.json"))
-	var ds []detection
+	var ds []testutil.Detection
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var d detection
+		var d testutil.Detection
 		if err := json.Unmarshal(b, &d); err != nil {
 			t.Fatalf("%s: not the JSON of kbundle detect: %v\n%s", f, err, b)
 		}
@@ -225,7 +178,7 @@ func readDetections(t *testing.T, dir string) []detection {
 // checkDetections asserts np processes reported launcher, MPI-ness, mode,
 // size np and ranks 0..np-1 (one node: local rank and size equal rank and
 // size when it is an MPI launch).
-func checkDetections(t *testing.T, ds []detection, np int, launcher string, mpi bool, mode string) {
+func checkDetections(t *testing.T, ds []testutil.Detection, np int, launcher string, mpi bool, mode string) {
 	t.Helper()
 	if len(ds) != np {
 		t.Fatalf("want %d detections, got %d: %+v", np, len(ds), ds)

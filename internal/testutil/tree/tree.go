@@ -88,12 +88,14 @@ func Write(t testing.TB, dir string, spec Spec) {
 }
 
 // Options say what Diff compares beyond names, kinds, permission bits
-// (without group and other write, which extraction drops) and contents. A
+// (without group and other write, which extraction drops, unless
+// AllModeBits) and contents. A
 // top-level .kbundle-installed (kbundle's mark on a tree it extracted) is
 // ignored.
 type Options struct {
 	Mtimes      bool     // nanosecond modification times, files and directories
 	SkipContent []string // slash-separated names whose content and mtime are not compared
+	AllModeBits bool     // group and other write too (a source tree without them)
 }
 
 // installedMarker is bundle.InstalledMarker (not imported: package bundle's
@@ -120,8 +122,7 @@ func read(root string) (map[string]entry, error) {
 		if err != nil {
 			return err
 		}
-		// Extraction never restores group or other write (bundle.extractPerm).
-		e := entry{mode: fi.Mode() &^ 0o022, mtime: fi.ModTime()}
+		e := entry{mode: fi.Mode(), mtime: fi.ModTime()}
 		if fi.Mode().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {
@@ -161,6 +162,11 @@ func Diff(a, b string, opt Options) string {
 		ea, inA := ma[k]
 		eb, inB := mb[k]
 		skip := slices.Contains(opt.SkipContent, k)
+		if !opt.AllModeBits {
+			// Extraction never restores group or other write (bundle.extractPerm).
+			ea.mode &^= 0o022
+			eb.mode &^= 0o022
+		}
 		switch {
 		case !inB:
 			d = append(d, fmt.Sprintf("%s: missing from %s", k, b))

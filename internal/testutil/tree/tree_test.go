@@ -52,3 +52,18 @@ func TestWriteDiffFlip(t *testing.T) {
 		}
 	}
 }
+
+// TestAllModeBits: group and other write count only when asked.
+func TestAllModeBits(t *testing.T) {
+	spec := Spec{"f": {Data: "x", Mode: 0o644}}
+	one, two := filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")
+	Write(t, one, spec)
+	Write(t, two, spec)
+	if err := os.Chmod(filepath.Join(two, "f"), 0o664); err != nil {
+		t.Fatal(err)
+	}
+	Same(t, one, two, Options{})
+	if d := Diff(one, two, Options{AllModeBits: true}); !strings.Contains(d, "f: mode") {
+		t.Errorf("group write not found: %q", d)
+	}
+}

@@ -7,27 +7,14 @@ graph cache's hits, misses and bypasses, and AOTAutograd's cache hits and
 misses. A miss means that graph was compiled in this process. The rank
 comes from the launcher's environment; the script itself does not use MPI.
 """
-import json
 import os
-import sys
 
 import torch
 from torch._dynamo.utils import counters
 
+from _common import emit, rank
+
 NFUNCS = 4
-
-
-def emit(obj):
-    """Print one JSON result line in ONE write (see numba_kernels.py)."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _rank():
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return -1
 
 
 def make(i):
@@ -47,7 +34,7 @@ def main():
     results = [float(make(i)(x)) for i in range(NFUNCS)]
     ind, aot = counters["inductor"], counters["aot_autograd"]
     emit({
-        "rank": _rank(),
+        "rank": rank(),
         "functions": NFUNCS,
         "fx_hits": ind["fxgraph_cache_hit"],
         "fx_misses": ind["fxgraph_cache_miss"],

@@ -10,10 +10,10 @@ about an entry it could not read (the XLA:CPU AOT loader rejecting an
 entry is one: jax-ml/jax#38445). The rank comes from the launcher's
 environment; the script itself does not use MPI.
 """
-import json
 import os
-import sys
 import warnings
+
+from _common import emit, rank
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -31,19 +31,6 @@ def _listen(event, **kwargs):
 
 
 monitoring.register_event_listener(_listen)
-
-
-def emit(obj):
-    """Print one JSON result line in ONE write (see numba_kernels.py)."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-
-def _rank():
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return -1
 
 
 def make(i):
@@ -65,7 +52,7 @@ def main():
     rejected = [str(w.message)[:300] for w in caught
                 if "persistent compilation cache" in str(w.message)]
     emit({
-        "rank": _rank(),
+        "rank": rank(),
         "functions": NFUNCS,
         "requests": events.get("/jax/compilation_cache/compile_requests_use_cache", 0),
         "hits": events.get("/jax/compilation_cache/cache_hits", 0),

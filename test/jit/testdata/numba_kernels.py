@@ -7,29 +7,15 @@ signature): a miss means that overload was compiled in this process.
 The rank comes from the launcher's environment; the script itself does
 not use MPI.
 """
-import json
 import os
 import sys
 
 import numpy as np
 from numba import njit
 
+from _common import emit, rank
+
 NFUNCS = 12
-
-
-
-def emit(obj):
-    """Print one JSON result line in ONE write: with PYTHONUNBUFFERED,
-    print() writes the text and the newline separately, and mpirun may
-    then interleave another rank's line between them."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-def _rank():
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return -1
 
 
 # Twelve distinct bodies, so every function is its own cache entry.
@@ -78,7 +64,7 @@ def main():
         misses += m
         if m:
             missed.append(f.__name__)
-    emit({"rank": _rank(), "functions": len(FUNCS),
+    emit({"rank": rank(), "functions": len(FUNCS),
                       "overloads": len(FUNCS) * len(ARGS),
                       "hits": hits, "misses": misses, "missed": missed,
                       "cache_dir": os.environ.get("NUMBA_CACHE_DIR", "")})

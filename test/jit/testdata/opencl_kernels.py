@@ -7,13 +7,13 @@ how many programs PyOpenCL found in its cache (its own "binary cache hit"
 Whether pocl rebuilt anything is seen from outside: a pocl rebuild writes
 new files into POCL_CACHE_DIR.
 """
-import json
 import logging
-import os
 import sys
 
 import numpy as np
 import pyopencl as cl
+
+from _common import emit, rank
 
 NPROGS = 8
 
@@ -30,21 +30,6 @@ class Counter(logging.Handler):
             self.hits += 1
         elif "binary cache miss" in msg:
             self.misses += 1
-
-
-
-def emit(obj):
-    """Print one JSON result line in ONE write: with PYTHONUNBUFFERED,
-    print() writes the text and the newline separately, and mpirun may
-    then interleave another rank's line between them."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
-
-def _rank():
-    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if name in os.environ:
-            return int(os.environ[name])
-    return -1
 
 
 def source(i):
@@ -65,7 +50,7 @@ def main():
 
     platforms = [p for p in cl.get_platforms() if "Portable Computing Language" in p.name or "pocl" in p.name.lower()]
     if not platforms:
-        emit({"rank": _rank(), "error": "no pocl platform"})
+        emit({"rank": rank(), "error": "no pocl platform"})
         return 3
     ctx = cl.Context(platforms[0].get_devices())
     queue = cl.CommandQueue(ctx)
@@ -85,7 +70,7 @@ def main():
         cl.enqueue_copy(queue, out, out_buf)
         if not np.allclose(out, a * (i + 2) + i):
             wrong.append(i)
-    emit({"rank": _rank(), "programs": NPROGS,
+    emit({"rank": rank(), "programs": NPROGS,
                       "hits": counter.hits, "misses": counter.misses,
                       "built_from_source": built_from_source, "wrong": wrong})
     return 1 if wrong else 0

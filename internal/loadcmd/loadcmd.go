@@ -1,0 +1,111 @@
+// Package loadcmd is what the two front ends of package load share:
+// `kbundle load` (cmd/kbundle) and the Python binding's kbundle_load
+// (cmd/libkbundle) resolve a load's defaults alike, so that both install
+// a job's bundle at the same default destination and read the same knobs.
+// The environment is passed in as a lookup function (os.Getenv, or the
+// copy of the caller's environment the Python binding receives).
+package loadcmd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// DefaultTimeout bounds a load unless the caller or $KBUNDLE_TIMEOUT
+// says otherwise.
+const DefaultTimeout = 10 * time.Minute
+
+// jobIDVars are the scheduler and launcher variables holding a job id,
+// first found first used.
+var jobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
+
+// JobID returns a job id the same on every rank of world, for the
+// default destination: the scheduler's or launcher's, else "pid" and
+// rank 0's process id. It is collective.
+func JobID(world broadcast.NodeComm, getenv func(string) string) (string, error) {
+	pid := int64(0)
+	if world.Rank() == 0 {
+		pid = int64(os.Getpid())
+	}
+	p0, err := world.AllreduceInt64(pid, mpi.Max)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range jobIDVars {
+		if v := getenv(k); v != "" {
+			return v, nil
+		}
+	}
+	return "pid" + strconv.FormatInt(p0, 10), nil
+}
+
+// Dest returns dest, absolute, or when dest is "" the default node-local
+// directory of the job: load.Dest under $TMPDIR, named for the user and
+// job. (Not $PALS_SPOOL_DIR or $FLUX_JOB_TMPDIR: the launcher removes
+// them when the load's own launch ends, before the application starts.)
+func Dest(dest string, getenv func(string) string, job string) (string, error) {
+	if dest != "" {
+		return filepath.Abs(dest)
+	}
+	return load.Dest(getenv("TMPDIR"), UserName(), job), nil
+}
+
+// UserName is the name of the user running the process, else its uid.
+func UserName() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return strconv.Itoa(os.Getuid())
+}
+
+// Plan returns a plan with what both front ends fill alike: this host's
+// name and description (hostinfo.Collect, called by load on leaders
+// only), BorrowNodeCPUs, and the knobs
+// $KBUNDLE_BCAST_CHUNK (ChunkSize) and, for tests,
+// $KBUNDLE_TEST_RANKS_PER_NODE (RanksPerNode: every N consecutive ranks
+// form one "node"). The error is a knob's; the plan is filled as far as
+// it goes.
+func Plan(getenv func(string) string) (load.Plan, error) {
+	host, _ := os.Hostname()
+	p := load.Plan{Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true}
+	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
+			return p, fmt.Errorf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize))
+		}
+		p.ChunkSize = n
+	}
+	if v := getenv("KBUNDLE_TEST_RANKS_PER_NODE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
+		}
+		p.RanksPerNode = n
+	}
+	return p, nil
+}
+
+// Reasons returns the lines of a failed load's message: one a failing
+// node (host, ranks, reason), and how many more ranks failed when not
+// all are named; else err's text.
+func Reasons(err error) []string {
+	var e *broadcast.Error
+	lines := []string{err.Error()}
+	if errors.As(err, &e) && len(e.Reasons) > 0 {
+		lines = e.Reasons
+		if more := e.Ranks - len(e.Reasons); more > 0 && len(e.Reasons) >= load.MaxNamed {
+			lines = append(lines, fmt.Sprintf("... and %d more failing ranks", more))
+		}
+	}
+	return lines
+}
