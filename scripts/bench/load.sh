@@ -6,7 +6,7 @@
 #   files    every rank copies the cache directory file by file (b)
 #   floor    a C MPI_Bcast of the bundle's bytes + one kbundle extract (c)
 # and counts the file-metadata system calls that touch the shared location
-# (CACHE_DIR and BUNDLE) during each, with strace -f -e trace=%file.
+# (CACHE_DIR and BUNDLE) during each, with strace -f -y -e trace=%file.
 # Prints a markdown table with ratios. KBUNDLE_BENCH_RUNS (default 3) runs
 # each, median. Needs mpicc.openmpi, mpirun.openmpi, strace, bc.
 set -euo pipefail
@@ -48,10 +48,12 @@ median() {
 # location, and how many of them open the bundle, as "calls/opens".
 shared() {
 	rm -rf "$dest"* "$work/floor.kbundle"
-	strace -f -qq -e trace=%file -o "$work/strace" bash -c "$1" >/dev/null 2>&1 || true
+	# -y: paths of descriptors too, since kbundle opens the bundle and
+	# walks trees relative to directory descriptors (openat).
+	strace -f -qq -y -e trace=%file -o "$work/strace" bash -c "$1" >/dev/null 2>&1 || true
 	local all opens
-	all=$(grep -v execve "$work/strace" | grep -cE "\"($cache|$bundle)" || true)
-	opens=$(grep -v execve "$work/strace" | grep -E "open" | grep -c "\"$bundle\"" || true)
+	all=$(grep -v execve "$work/strace" | grep -cE "[\"<]($cache|$bundle)" || true)
+	opens=$(grep -v execve "$work/strace" | grep -E "open" | grep -cE "(\"$bundle\"|= [0-9]+<$bundle>)" || true)
 	echo "$all/$opens"
 }
 ratio() { echo "scale=2; $1 / $2" | bc -l | sed 's/^\./0./'; }
