@@ -80,11 +80,26 @@ rm -rf "$pyenvs"
 export KBUNDLE_PYTHON_OPENMPI KBUNDLE_PYTHON_MPICH KBUNDLE_TEST_PYTHON=1
 # --- end of the Python package's section ----------------------------------
 
+# stop_services stops the Slurm and the test cluster this run started, if
+# any, and removes their state folders: nothing is left behind, also when a
+# test fails.
+state='' cluster=''
+stop_services() {
+	if [ -n "$cluster" ]; then
+		scripts/ci/nscluster-down.sh "$cluster" || true
+		rm -rf "$cluster"
+	fi
+	if [ -n "$state" ]; then
+		scripts/ci/slurm-down.sh "$state" || true
+		rm -rf "$state"
+	fi
+}
+
 echo "== system tests: real MPI, Slurm, JIT caches"
 if [ "${KBUNDLE_SKIP_SLURM:-}" != 1 ]; then
 	export KBUNDLE_TEST_SLURM=1
 	state=$(mktemp -d /tmp/kbundle-slurm.XXXXXX)
-	trap 'scripts/ci/slurm-down.sh "$state" || true' EXIT
+	trap stop_services EXIT
 	eval "$(scripts/ci/slurm-up.sh "$state")"
 fi
 mapfile -t system < <(go list ./test/...)
@@ -98,7 +113,7 @@ go test -p 1 -timeout 25m "${system[@]}"
 if [ "${KBUNDLE_SKIP_CLUSTER:-}" != 1 ]; then
 	echo "== multi-node tests: 3 nodes x 2 ranks (Open MPI, MPICH, Slurm)"
 	cluster=$(mktemp -d /tmp/kbundle-nscluster.XXXXXX)
-	trap 'scripts/ci/nscluster-down.sh "$cluster" || true; if [ -n "${state:-}" ]; then scripts/ci/slurm-down.sh "$state" || true; fi' EXIT
+	trap stop_services EXIT
 	up=$(scripts/ci/nscluster-up.sh "$cluster") # fails the build when it fails
 	eval "$up"
 	go test -p 1 -timeout 15m ./test/cluster/...
@@ -106,6 +121,7 @@ if [ "${KBUNDLE_SKIP_CLUSTER:-}" != 1 ]; then
 	go test -timeout 10m -run '^TestClusterLoad$' ./test/python/
 	scripts/ci/nscluster-down.sh "$cluster"
 	rm -rf "$cluster"
+	cluster=''
 	unset KBUNDLE_TEST_CLUSTER
 fi
 # --- end of multi-node tests ------------------------------------------------------
