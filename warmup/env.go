@@ -59,7 +59,8 @@ func Prepare(dir string, presets ...*Preset) error {
 }
 
 // Exports turns NAME=VALUE pairs into lines for a POSIX shell's eval:
-// export NAME='VALUE', single quotes escaped.
+// export NAME=VALUE, VALUE single-quoted (quotes escaped) unless it is
+// made only of letters, digits and /._-+:,=@.
 func Exports(vars []string) []string {
 	out := make([]string, 0, len(vars))
 	for _, kv := range vars {
@@ -71,7 +72,7 @@ func Exports(vars []string) []string {
 
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@%=", r))
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,=@", r))
 	}) < 0 {
 		return s
 	}

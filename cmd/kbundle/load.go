@@ -290,13 +290,10 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 	}
 	fmt.Fprintln(out, s.Dest)
 	printExports(out, res.Env)
-	nodes := "1 node"
-	if s.Nodes != 1 {
-		nodes = fmt.Sprintf("%d nodes", s.Nodes)
-	}
 	if c.Bool("quiet") {
 		return nil
 	}
+	nodes := plural(s.Nodes, "node", "nodes")
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
 		round(res.Read), round(res.Bcast), round(res.Extract))
@@ -319,18 +316,9 @@ func loadMessage(err error) string {
 func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
 func printExports(w io.Writer, env []string) {
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(w, "export %s=%s\n", k, shellQuote(v))
+	for _, line := range warmup.Exports(env) {
+		fmt.Fprintln(w, line)
 	}
-}
-
-// shellQuote quotes s for a POSIX shell when it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+:,=@") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 func envSet(c *cli.Context, name string) bool {
