@@ -1,6 +1,7 @@
 package broadcast
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ var sentinels = []error{
 	bundle.ErrTooLarge,
 	bundle.ErrUntrusted,
 	bundle.ErrExist,
+	context.Canceled, // a rank was interrupted (a signal, a cancelled context)
 }
 
 func maskOf(err error) uint32 {

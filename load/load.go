@@ -387,6 +387,9 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 	}
 	l.abort()
 	l.staged = nil
+	if cause := context.Cause(ctx); cause != nil && errors.Is(local, context.Canceled) {
+		local = cause // why: a signal, say, rather than "context canceled"
+	}
 	switch {
 	case bad == 1 && group.Rank() == 0:
 		return local

@@ -175,3 +175,34 @@ func TestRunNoBundle(t *testing.T) {
 	}
 	nothingUnder(t, base)
 }
+
+// TestRunInterrupted: a node whose context is cancelled (a signal) fails
+// the load everywhere, naming the node and the cancellation's cause, and
+// every rank's error matches context.Canceled.
+func TestRunInterrupted(t *testing.T) {
+	_, file := testBundle(t)
+	base := t.TempDir()
+	nodes := []int{0, 0, 1, 1}
+	cause := fmt.Errorf("interrupted by test: %w", context.Canceled)
+	world := broadcasttest.World(nodes...)
+	errs := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) error {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		defer cancel(nil)
+		if nodes[c.Rank()] == 1 {
+			cancel(cause)
+		}
+		_, err := load.Run(ctx, c, load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[c.Rank()]), "dest"),
+			Host: fmt.Sprintf("kbn%d", nodes[c.Rank()])})
+		return err
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): interrupted by test") {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		if !errors.Is(err, context.Canceled) || errors.Is(err, broadcast.ErrNoBundle) {
+			t.Fatalf("rank %d: %v: should match context.Canceled and not ErrNoBundle", r, err)
+		}
+	}
+	nothingUnder(t, filepath.Join(base, "n0"))
+	nothingUnder(t, filepath.Join(base, "n1"))
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 
@@ -49,6 +50,8 @@ func exitFor(err error) (code int, hint string) {
 		return exitOK, ""
 	case errors.Is(err, bundle.ErrDestination), errors.Is(err, bundle.ErrNoSpace):
 		return exitError, "" // the message says why and what to do
+	case errors.Is(err, context.Canceled):
+		return exitError, "" // interrupted (a signal): nothing to fix
 	case errors.As(err, &de):
 		switch {
 		case errors.Is(err, bundle.ErrExist):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kbundle/kbundle/broadcast"
@@ -37,6 +38,8 @@ func TestExitFor(t *testing.T) {
 		{"load: rank 0's bundle damaged", fmt.Errorf("%w: %w", broadcast.ErrNoBundle, bundle.ErrFormat), exitUnusable, "pack it again"},
 		{"load: dest parent missing", fmt.Errorf("vm (rank 0): cannot create: %w", mkdir), exitError, "--to"},
 		{"load: dest not writable", fmt.Errorf("vm: %w", denied), exitError, "--to"},
+		{"interrupted by a signal", interrupted{syscall.SIGTERM}, exitError, ""},
+		{"load: a node interrupted", atDest(fmt.Errorf("kbn2 (ranks 2-3): %w", interrupted{syscall.SIGTERM})), exitError, ""},
 		{"other", errors.New("boom"), exitError, ""},
 	} {
 		code, hint := exitFor(tc.err)

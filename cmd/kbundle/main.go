@@ -142,6 +142,21 @@ func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
 }
 
+// interrupted is the cause of a command's cancellation by a signal. It
+// matches context.Canceled, so code that checks for cancellation sees it,
+// and says which signal, so a load's agreed failure names it.
+type interrupted struct{ sig syscall.Signal }
+
+func (e interrupted) Error() string {
+	names := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}
+	if n, ok := names[e.sig]; ok {
+		return "interrupted by " + n
+	}
+	return "interrupted by " + e.sig.String()
+}
+
+func (interrupted) Is(target error) bool { return target == context.Canceled }
+
 // run executes the CLI with args (args[0] is the program name) and maps
 // errors to exit codes; every message is printed once to stderr as
 // "kbundle: ...".
@@ -152,8 +167,8 @@ func main() {
 // is given signalGrace; then its temporary files and trees are removed
 // and the process exits 128+N.
 func run(args []string, stdout, stderr io.Writer) int {
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
+	ctx, stop := context.WithCancelCause(context.Background())
+	defer stop(nil)
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -165,10 +180,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		n := int(sig.(syscall.Signal))
 		got.Store(int32(n))
-		stop()
+		stop(interrupted{sig.(syscall.Signal)})
 		time.Sleep(signalGrace)
 		bundle.RemoveTemps()
-		fmt.Fprintf(stderr, "kbundle: %s: stopped\n", sig)
+		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
 		os.Exit(128 + n)
 	}()
 	app := newApp(stdout, stderr)
@@ -176,7 +191,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	err := app.RunContext(ctx, flagsFirst(app, args))
 	if n := got.Load(); n != 0 {
 		bundle.RemoveTemps()
-		fmt.Fprintf(stderr, "kbundle: %s: stopped\n", syscall.Signal(n))
+		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
 		return 128 + int(n)
 	}
 	if err == nil {
