@@ -16,11 +16,15 @@ package load
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
@@ -39,6 +43,14 @@ type Plan struct {
 	Dest string
 	// Force replaces a non-empty Dest.
 	Force bool
+	// GuessableDest says Dest is a default name that other users can
+	// guess (Dest's: the user's name and the job id). When another user
+	// holds it on some node (a directory, file or symlink of theirs, made
+	// in advance to deny the load), every node loads into Dest + "-" + 16
+	// hex digits rank 0 draws at random instead, and Summary.Taken says
+	// so; without it such a load fails, as for any other Dest that is not
+	// ours.
+	GuessableDest bool
 	// Jobs is the number of extraction workers per leader; 0: all cores.
 	Jobs int
 	// ChunkSize is the size of each broadcast; 0: broadcast.DefaultChunkSize.
@@ -102,6 +114,10 @@ type Summary struct {
 	MismatchKeys  []string
 	// Held is the most bundle bytes this leader held in memory at once.
 	Held int64
+	// Taken is Plan.Dest when another user held it on TakenNodes nodes
+	// and Dest is the unguessable name used instead (Plan.GuessableDest).
+	Taken      string
+	TakenNodes int
 }
 
 // Run loads plan.Bundle on every rank of world; it is collective. On
@@ -132,9 +148,10 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	}
 	var node broadcast.NodeComm
 	var err error
+	base := plan.Dest
 	if plan.RanksPerNode > 0 {
 		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest += ".node" + strconv.Itoa(world.Rank()/plan.RanksPerNode)
+		plan.Dest = fakeNodeDest(plan, world.Rank(), base)
 	} else {
 		node, err = world.SplitShared()
 	}
@@ -163,6 +180,11 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		return nil, commErr("count nodes", err)
 	}
 	l.sum.Nodes = int(nodes)
+	if plan.GuessableDest {
+		if err := l.avoidTaken(base); err != nil {
+			return nil, err
+		}
+	}
 	restore := func() {}
 	if plan.BorrowNodeCPUs {
 		set, err := nodeCPUs(node)
@@ -405,6 +427,52 @@ func (l *leader) checkHost(k *sink) error {
 		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo())
 	}
 	return nil
+}
+
+// fakeNodeDest is Dest on fake node rank/RanksPerNode (Plan.RanksPerNode).
+func fakeNodeDest(plan Plan, rank int, base string) string {
+	if plan.RanksPerNode <= 0 {
+		return base
+	}
+	return base + ".node" + strconv.Itoa(rank/plan.RanksPerNode)
+}
+
+// avoidTaken moves the load to an unguessable sibling of base, the same on
+// every node, when another user holds Dest on some node (W6). Rank 0 draws
+// the name; nobody could have made it in advance.
+func (l *leader) avoidTaken(base string) error {
+	var taken int64
+	if l.sum.Leader && takenByOther(l.plan.Dest) {
+		taken = 1
+	}
+	n, err := l.world.AllreduceInt64(taken, mpi.Sum)
+	if err != nil {
+		return commErr("destination check", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	buf := make([]byte, 8)
+	if l.world.Rank() == 0 {
+		rand.Read(buf)
+	}
+	if err := l.world.Bcast(buf, 0); err != nil {
+		return commErr("destination check", err)
+	}
+	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
+	l.plan.Dest = fakeNodeDest(l.plan, l.world.Rank(), base+"-"+hex.EncodeToString(buf))
+	l.sum.Dest = l.plan.Dest
+	return nil
+}
+
+// takenByOther reports whether dest exists and is not the caller's.
+func takenByOther(dest string) bool {
+	fi, err := os.Lstat(dest)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) != os.Geteuid()
 }
 
 func commErr(what string, err error) error {

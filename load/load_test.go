@@ -206,3 +206,60 @@ func TestRunInterrupted(t *testing.T) {
 	nothingUnder(t, filepath.Join(base, "n0"))
 	nothingUnder(t, filepath.Join(base, "n1"))
 }
+
+// TestRunGuessableDestTaken: a default Dest that another user made in
+// advance on one node (W6) moves the load, on every node, to the same
+// unguessable sibling; the other user's directory is left alone. Without
+// GuessableDest the load fails, naming the node.
+func TestRunGuessableDestTaken(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a directory of another user")
+	}
+	_, file := testBundle(t)
+	nodes := []int{0, 0, 1, 1}
+	for _, guessable := range []bool{true, false} {
+		t.Run(fmt.Sprint("guessable=", guessable), func(t *testing.T) {
+			base := t.TempDir()
+			theirs := filepath.Join(base, "n1", "dest")
+			if err := os.MkdirAll(theirs, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			os.Chown(theirs, 65534, 65534)
+			sums, errs := run(t, nodes, func(rank int) load.Plan {
+				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),
+					Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: guessable}
+			}, nil)
+			if !guessable {
+				for r, err := range errs {
+					if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): ") || !strings.Contains(err.Error(), "owned by uid 65534") {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				return
+			}
+			suffix := ""
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+				s := sums[r]
+				want := filepath.Join(base, fmt.Sprintf("n%d", nodes[r]), "dest")
+				if s.Taken != want || s.TakenNodes != 1 || !strings.HasPrefix(s.Dest, want+"-") || len(s.Dest) != len(want)+17 {
+					t.Fatalf("rank %d: Dest %q Taken %q (%d nodes), want %s-<16 hex digits>", r, s.Dest, s.Taken, s.TakenNodes, want)
+				}
+				if suffix == "" {
+					suffix = s.Dest[len(want):]
+				} else if s.Dest[len(want):] != suffix {
+					t.Fatalf("rank %d: Dest %q: another name than rank 0's (%s)", r, s.Dest, suffix)
+				}
+				if _, err := os.Stat(filepath.Join(s.Dest, bundle.InstalledMarker)); err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			if ents, _ := os.ReadDir(theirs); len(ents) != 0 {
+				t.Fatalf("the other user's directory was written into: %v", ents)
+			}
+		})
+	}
+}

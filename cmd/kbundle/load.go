@@ -75,6 +75,8 @@ type loadSummary struct {
 	Env           []string `json:"env,omitempty"`
 	Presets       []string `json:"presets,omitempty"`
 	HeldBytes     int64    `json:"held_bytes"`
+	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
+	TakenNodes    int      `json:"taken_nodes,omitempty"`
 }
 
 // selfComm is a communicator of one rank, for loading without MPI.
@@ -94,12 +96,13 @@ type loader struct {
 	c       *cli.Context
 	rank    int  // this process's rank: MPI's, else the launcher's
 	speaker bool // prints messages (rank 0)
+	tasks   bool // one of several tasks of a launcher, each loading alone (no MPI)
 	presets []*warmup.Preset
 }
 
 func (l *loader) warnf(format string, args ...any) {
 	if l.speaker {
-		fmt.Fprintf(os.Stderr, "kbundle: warning: "+format+"\n", args...)
+		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: warning: "+format+"\n", args...)
 	}
 }
 
@@ -164,6 +167,7 @@ func loadAction(c *cli.Context) error {
 		return l.withMPI(det, path)
 	}
 	var world broadcast.NodeComm = selfComm{}
+	l.tasks = det.MPI
 	if det.MPI {
 		l.warnf("this kbundle was built without MPI: each of the %d tasks reads the bundle itself "+
 			"(build with `CC=mpicc go build -tags mpi ./cmd/kbundle` to read it once per job)", det.Size)
@@ -233,10 +237,13 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		return l.fail(err.Error(), exitUsage)
 	}
 	plan.Bundle, plan.Dest, plan.Force, plan.Jobs = path, dest, c.Bool("force"), c.Int("jobs")
+	// The default name is moved if another user holds it; not when each
+	// task of a launcher loads alone: they could not agree on a new one.
+	plan.GuessableDest = c.String("to") == "" && !l.tasks
 	plan.Presets, plan.UseRecorded = l.presets, len(l.presets) == 0 && !c.IsSet("preset")
 	plan.Timeout = c.Duration("timeout")
 	plan.OnTimeout = func(msg string) {
-		fmt.Fprintf(os.Stderr, "kbundle: %s\n", msg)
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", msg)
 		mpi.Abort(exitError)
 	}
 	if !usingMPI {
@@ -259,7 +266,11 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		ReadSeconds: res.Read.Seconds(), BcastSeconds: res.Bcast.Seconds(),
 		ExtractSecs: res.Extract.Seconds(), TotalSeconds: res.Total.Seconds(),
 		MismatchNodes: res.MismatchNodes, MismatchKeys: res.MismatchKeys, Env: res.Env,
-		Presets: res.Presets, HeldBytes: res.Held,
+		Presets: res.Presets, HeldBytes: res.Held, Taken: res.Taken, TakenNodes: res.TakenNodes,
+	}
+	if res.Taken != "" {
+		l.warnf("%s belongs to another user on %s (made in advance, as if to deny this load); loaded into %s instead (the exported variables point there)",
+			safe(res.Taken), plural(res.TakenNodes, "node", "nodes"), safe(res.Dest))
 	}
 	if len(res.EmptyPresets) > 0 {
 		l.warnf("the bundle has nothing for preset %s: its variables point at an empty directory", strings.Join(res.EmptyPresets, ", "))

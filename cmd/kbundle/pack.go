@@ -133,9 +133,9 @@ func packSummary(res *bundle.PackResult, took time.Duration) string {
 }
 
 // printPackResult prints pack's report for warm --pack.
-func printPackResult(dir string, res *bundle.PackResult) {
-	packWarnings(os.Stderr, dir, res)
-	fmt.Fprintf(os.Stderr, "kbundle: %s\n", packSummary(res, 0))
+func printPackResult(w io.Writer, dir string, res *bundle.PackResult) {
+	packWarnings(w, dir, res)
+	fmt.Fprintf(w, "kbundle: %s\n", packSummary(res, 0))
 }
 
 // listMax is how many skipped, copied or writable entries pack names

@@ -89,7 +89,7 @@ func warm(c *cli.Context) error {
 		return cli.Exit(err.Error(), exitError)
 	}
 	if fs := warmup.NetworkFS(dir); fs != "" {
-		warmWarn("%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
+		warmWarn(c.App.ErrWriter, "%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
 	}
 	env, err := warmup.ChildEnv(os.Environ(), dir, presets...)
 	if err != nil {
@@ -97,17 +97,17 @@ func warm(c *cli.Context) error {
 	}
 	vars, _ := warmup.EnvFor(dir, presets...)
 	for _, kv := range vars {
-		warmInfo("setting %s", kv)
+		warmInfo(c.App.ErrWriter, "setting %s", kv)
 	}
 	// Always tell the command where the cache is: with no preset it is
 	// all it gets, and an application may read it itself.
 	if abs, err := filepath.Abs(dir); err == nil {
 		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KBUNDLE_CACHE_DIR=") }),
 			"KBUNDLE_CACHE_DIR="+abs)
-		warmInfo("setting KBUNDLE_CACHE_DIR=%s", abs)
+		warmInfo(c.App.ErrWriter, "setting KBUNDLE_CACHE_DIR=%s", abs)
 	}
 	if len(presets) == 0 {
-		warmWarn("no --preset: no framework cache variable was set; the command gets only KBUNDLE_CACHE_DIR and must use it itself, or it will run cold (see kbundle presets)")
+		warmWarn(c.App.ErrWriter, "no --preset: no framework cache variable was set; the command gets only KBUNDLE_CACHE_DIR and must use it itself, or it will run cold (see kbundle presets)")
 	}
 
 	var skip []string
@@ -116,25 +116,25 @@ func warm(c *cli.Context) error {
 	}
 	res, err := warmup.Run(context.Background(), &warmup.Options{
 		Argv: argv, Env: env, Dir: dir, Skip: skip,
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if err != nil {
 		return startExit(err)
 	}
-	printDelta(os.Stderr, dir, res, argv, c.Int("top"), presets)
+	printDelta(c.App.ErrWriter, dir, res, argv, c.Int("top"), presets)
 
 	if res.Failed() {
 		return commandExit(res, c.Bool("pack"))
 	}
 	if res.Delta.Empty() {
-		warmWarn("the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
+		warmWarn(c.App.ErrWriter, "the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
 	}
 	if c.Bool("pack") {
 		pres, err := packDir(c, dir, out, presetNames(presets))
 		if err != nil {
 			return err
 		}
-		printPackResult(dir, pres)
+		printPackResult(c.App.ErrWriter, dir, pres)
 	}
 	if c.Bool("check") {
 		return warmCheck(c, dir, out, argv, presets)
@@ -145,13 +145,13 @@ func warm(c *cli.Context) error {
 // warmCheck runs warmup.Check (against the bundle just packed, if any)
 // and maps its verdict to kbundle's exit status.
 func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*warmup.Preset) error {
-	warmInfo("check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
+	warmInfo(c.App.ErrWriter, "check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
 	res, err := warmup.Check(c.Context, &warmup.CheckOptions{
 		Dir: dir, Bundle: bundlePath, Exclude: c.StringSlice("exclude"), Presets: presets,
-		Argv: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Argv: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if res != nil {
-		res.Report(os.Stderr, 10)
+		res.Report(c.App.ErrWriter, 10)
 	}
 	switch {
 	case errors.Is(err, warmup.ErrNotReused), errors.Is(err, warmup.ErrNothingToCheck):
@@ -239,10 +239,10 @@ func printDelta(w io.Writer, dir string, res *warmup.Result, argv []string, top 
 	}
 }
 
-func warmWarn(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "kbundle: warning: "+format+"\n", args...)
+func warmWarn(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "kbundle: warning: "+format+"\n", args...)
 }
 
-func warmInfo(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "kbundle: "+format+"\n", args...)
+func warmInfo(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "kbundle: "+format+"\n", args...)
 }

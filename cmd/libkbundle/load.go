@@ -83,6 +83,8 @@ type result struct {
 	EmptyPresets  []string `json:"empty_presets"` // leaders: named presets the bundle has nothing for
 	Env           []string `json:"env"`
 	HeldBytes     int64    `json:"held_bytes"`
+	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
+	TakenNodes    int      `json:"taken_nodes,omitempty"`
 }
 
 // loadFortran is kbundle_load: it adopts the program's MPI, duplicates
@@ -208,7 +210,7 @@ func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout fun
 		ExtractSecs: sum.Extract.Seconds(), TotalSeconds: sum.Total.Seconds(),
 		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys),
 		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
-		HeldBytes: sum.Held,
+		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
 	}
 }
 
@@ -268,6 +270,7 @@ func resolve(r request, getenv func(string) string, job string, rank int) (load.
 	if dest == "" {
 		dest = getenv("KBUNDLE_LOCAL_DIR")
 	}
+	p.GuessableDest = dest == "" // the default name: moved if another user holds it
 	dest, err = loadcmd.Dest(dest, getenv, job)
 	if err != nil {
 		return p, err

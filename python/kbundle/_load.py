@@ -77,6 +77,11 @@ class LoadResult:
     #: "key: warmed on X, here Y" item a key.
     mismatch_nodes: int = 0
     mismatch_keys: Tuple[str, ...] = ()
+    #: The default destination when another user held it on ``taken_nodes``
+    #: nodes (made in advance to deny the load): ``dest`` is then an
+    #: unguessable sibling, and a KbundleWarning on rank 0 says so.
+    taken: str = ""
+    taken_nodes: int = 0
 
     def __bool__(self) -> bool:
         return self.ok
@@ -169,7 +174,17 @@ def load_bundle(
         env=MappingProxyType(env),
         mismatch_nodes=int(out.get("mismatch_nodes", 0)),
         mismatch_keys=tuple(out.get("mismatch_keys") or ()),
+        taken=out.get("taken", ""),
+        taken_nodes=int(out.get("taken_nodes", 0)),
     )
+    if rank0 and res.taken:
+        nodes = "1 node" if res.taken_nodes == 1 else f"{res.taken_nodes} nodes"
+        warnings.warn(
+            f"kbundle: warning: {res.taken} belongs to another user on {nodes} (made in advance, as if "
+            f"to deny this load); loaded into {res.dest} instead (os.environ points there)",
+            KbundleWarning,
+            stacklevel=2,
+        )
     if rank0 and res.empty_presets:
         warnings.warn(
             f"kbundle: warning: the bundle has nothing for preset {', '.join(res.empty_presets)}: "

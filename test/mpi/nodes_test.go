@@ -3,6 +3,7 @@ package mpi
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,6 +120,61 @@ func TestLoadCLIFakeNodesFailures(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(filepath.Dir(dest)); len(ents) != 0 {
 				t.Errorf("left behind: %v", ents)
+			}
+		})
+	}
+}
+
+// TestLoadCLIDefaultDestTaken: the default DEST ($TMPDIR/kbundle-USER-JOB),
+// made in advance by another user on one node (W6), moves the load on
+// every node to the same unguessable sibling; rank 0 says so once, prints
+// the new DEST first, and the other user's directory is left alone.
+func TestLoadCLIDefaultDestTaken(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a directory of another user")
+	}
+	tree := makeTree(t)
+	const np = 4
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			kb := testutil.Kbundle(t, v)
+			file := packTree(t, tree)
+			tmp := t.TempDir()
+			me, err := user.Current()
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := filepath.Join(tmp, "kbundle-"+me.Username+"-w6")
+			theirs := base + ".node2"
+			if err := os.Mkdir(theirs, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(theirs, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			env := []string{"KBUNDLE_TEST_RANKS_PER_NODE=1", "TMPDIR=" + tmp, "SLURM_JOB_ID=w6", "KBUNDLE_LOCAL_DIR="}
+			stdout, stderr, code := testutil.RunMPI(t, v, np, env, kb, "load", "--bundle", file)
+			if code != 0 {
+				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			// (rank 0 names its own path, the same as node 2's on real nodes)
+			if n := strings.Count(stderr, base+".node0 belongs to another user on 1 node"); n != 1 {
+				t.Errorf("warning printed %d times\nstderr:\n%s", n, stderr)
+			}
+			first, _, _ := strings.Cut(stdout, "\n")
+			sfx, ok := strings.CutPrefix(first, base+"-")
+			if !ok || len(sfx) != len("0123456789abcdef.node0") || !strings.HasSuffix(sfx, ".node0") {
+				t.Fatalf("DEST %q, want %s-<16 hex digits>.node0\nstderr:\n%s", first, base, stderr)
+			}
+			moved := strings.TrimSuffix(first, ".node0")
+			for k := range np {
+				sameTrees(t, tree, fmt.Sprintf("%s.node%d", moved, k))
+			}
+			if ents, _ := os.ReadDir(theirs); len(ents) != 0 {
+				t.Errorf("the other user's directory was written into: %v", ents)
+			}
+			if ents, _ := os.ReadDir(tmp); len(ents) != np+1 {
+				t.Errorf("in TMPDIR: %v, want the %d node trees and the other user's directory", ents, np)
 			}
 		})
 	}

@@ -185,6 +185,39 @@ def test_defaults_from_environment() -> None:
     assert res.ok and res.dest == str(dest_for("localdir"))
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory of another user")
+def test_default_destination_taken() -> None:
+    # The default name (TMPDIR/kbundle-USER-JOB), made first by another
+    # user: the load moves to an unguessable sibling, the same on every
+    # rank, and rank 0 warns once (W6).
+    tmp = WORK / f"taken-np{SIZE}"
+    if RANK == 0:
+        tmp.mkdir()
+    COMM.Barrier()
+    os.environ["TMPDIR"] = str(tmp)
+    first = load_bundle(COMM, bundle=BUNDLE)
+    assert first.ok, first.reason
+    default = Path(first.dest)
+    COMM.Barrier()
+    if RANK == 0:
+        import shutil
+
+        shutil.rmtree(default)
+        default.mkdir(mode=0o777)
+        os.chown(default, 65534, 65534)
+    COMM.Barrier()
+    res, warned = collect(lambda: load_bundle(COMM, bundle=BUNDLE))
+    assert res.ok, res.reason
+    assert res.taken == str(default) and res.taken_nodes == 1
+    assert res.dest.startswith(str(default) + "-") and len(res.dest) == len(str(default)) + 17
+    same_on_all(res.dest)
+    assert snapshot(Path(res.dest)) == snapshot(TREE)
+    assert not any(default.iterdir())
+    assert len(warned) == (1 if RANK == 0 else 0)
+    if warned:
+        assert "belongs to another user on 1 node" in str(warned[0].message)
+
+
 def test_destination_exists() -> None:
     dest = dest_for("twice")
     assert load_bundle(COMM, bundle=BUNDLE, dest=dest).ok

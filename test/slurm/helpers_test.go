@@ -19,6 +19,7 @@ import (
 
 	"github.com/kbundle/kbundle/internal/testutil"
 	"github.com/kbundle/kbundle/internal/testutil/tree"
+	"github.com/kbundle/kbundle/load"
 )
 
 // Bounds on every wait: a hang is a failure.
@@ -239,15 +240,16 @@ func damage(t *testing.T, bundle, out string) {
 	tree.Flip(t, out, int64(len(b)/2))
 }
 
-// localDir is the scripts' default node-local destination for a job id:
-// /tmp/kbundle-$USER-$JOBID.
-func localDir(t *testing.T, jobID string) string {
+// localDir is the scripts' default node-local destination for a job id
+// when no other user holds it: kbundle load's default, under tmp (the
+// job's TMPDIR).
+func localDir(t *testing.T, tmp, jobID string) string {
 	t.Helper()
 	u, err := user.Current()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return "/tmp/kbundle-" + u.Username + "-" + jobID
+	return load.Dest(tmp, u.Username, jobID)
 }
 
 // repoPath is an absolute path inside the repository.

@@ -57,7 +57,7 @@ func TestSlurmScripts(t *testing.T) {
 			t.Run("run", func(t *testing.T) {
 				j := submit(t, dir, "kbundle-run-"+string(v), env, []string{"-n", "2"}, repoPath("scripts/slurm/kbundle-run.sbatch"), app)
 				j.requireState(t, "COMPLETED", 0)
-				local := localDir(t, j.ID)
+				local := localDir(t, dir, j.ID)
 				for _, d := range checkTack(t, j.Output, 2, 5, 0) {
 					if !strings.HasPrefix(d, local+"/") {
 						t.Errorf("application used %s, want a cache under the loaded copy %s\n%s", d, local, j)

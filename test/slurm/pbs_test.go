@@ -97,7 +97,7 @@ func TestPBSScripts(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			env := append(append(base[:len(base):len(base)], c.env...), "KBUNDLE="+testutil.Kbundle(t, c.v))
 			script := repoPath(c.script)
-			local := localDir(t, "4242.pbs-test")
+			local := localDir(t, filepath.Join(dir, "pbs.tmp"), "4242.pbs-test")
 
 			so, se, code := run(t, env, dir, "bash", script)
 			if code != 0 {
