@@ -13,7 +13,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/synth"
+	"github.com/kbundle/kbundle/internal/democache"
 	"github.com/kbundle/kbundle/internal/testutil/tree"
 	"github.com/kbundle/kbundle/load"
 )
@@ -23,7 +23,7 @@ import (
 func testBundle(t *testing.T) (src, file string) {
 	t.Helper()
 	src = filepath.Join(t.TempDir(), "cache")
-	if _, err := synth.Generate(src, synth.Options{Kernels: 40, Scale: 0.5, Seed: 3}); err != nil {
+	if _, err := democache.Generate(src, democache.Options{Kernels: 40, Scale: 0.5, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "b")

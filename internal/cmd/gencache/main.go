@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kbundle/kbundle/internal/synth"
+	"github.com/kbundle/kbundle/internal/democache"
 )
 
 func main() {
@@ -21,7 +21,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: gencache [-kernels N] [-scale F] [-seed S] DIR")
 		os.Exit(2)
 	}
-	st, err := synth.Generate(flag.Arg(0), synth.Options{Kernels: *kernels, Seed: *seed, Scale: *scale})
+	st, err := democache.Generate(flag.Arg(0), democache.Options{Kernels: *kernels, Seed: *seed, Scale: *scale})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gencache:", err)
 		os.Exit(1)

@@ -1,10 +1,10 @@
-// Package synth generates a deterministic synthetic compiled-kernel cache
+// Package democache generates a deterministic synthetic compiled-kernel cache
 // shaped like Triton's: one directory per kernel hash holding the kernel's
 // IR stages (.ttir, .ttgir, .llir), PTX text, a cubin-like binary, its
 // metadata JSON and a __grp__ group file. It feeds the demo and the
 // benchmark; it never reads anything, and the same options always give the
 // same bytes.
-package synth
+package democache
 
 import (
 	"encoding/base32"
