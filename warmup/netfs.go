@@ -23,6 +23,6 @@ var networkFS = map[uint32]string{
 	0xAAD7AAEA: "PanFS",
 }
 
-// NetworkFSName returns the name of the network file system with the given
+// networkFSName returns the name of the network file system with the given
 // statfs magic, or "" when it is not one known here.
-func NetworkFSName(magic uint32) string { return networkFS[magic] }
+func networkFSName(magic uint32) string { return networkFS[magic] }

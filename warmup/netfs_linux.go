@@ -9,5 +9,5 @@ func NetworkFS(path string) string {
 	if err := syscall.Statfs(path, &st); err != nil {
 		return ""
 	}
-	return NetworkFSName(uint32(st.Type))
+	return networkFSName(uint32(st.Type))
 }

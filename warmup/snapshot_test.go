@@ -114,8 +114,8 @@ func TestNetworkFSName(t *testing.T) {
 		0x6969: "NFS", 0x0BD00BD0: "Lustre", 0x47504653: "GPFS (IBM Storage Scale)",
 		0x19830326: "BeeGFS", 0xFF534D42: "CIFS", 0xEF53: "", 0x01021994: "",
 	} {
-		if got := NetworkFSName(magic); got != want {
-			t.Errorf("NetworkFSName(%#x) = %q, want %q", magic, got, want)
+		if got := networkFSName(magic); got != want {
+			t.Errorf("networkFSName(%#x) = %q, want %q", magic, got, want)
 		}
 	}
 	_ = NetworkFS(t.TempDir()) // must not fail on a local directory
