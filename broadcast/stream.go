@@ -12,10 +12,10 @@ import (
 
 // A Sink receives a streamed bundle on one rank: Begin gets the prelude
 // (header, index and trailer: what a reader needs before the content),
-// then Write gets the body in file order. A Sink that fails keeps
-// accepting (and discarding) writes, since the broadcast goes on; its
-// failure is reported by Begin's or Write's error, and the ranks then agree
-// on it.
+// then Write gets the body in file order. Once Begin or a Write has
+// failed, the sink gets no more writes (the rank still takes part in the
+// broadcast to its end); the failure is reported by that error, and the
+// ranks then agree on it.
 type Sink interface {
 	Begin(prelude []byte, size int64, digest bundle.Digest) error
 	Write(p []byte) (int, error)
@@ -106,9 +106,11 @@ func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink,
 	return local, err
 }
 
-// write hands p to sink, remembering its first error in local.
+// write hands p to sink, remembering its first error in local. After a
+// failure (of Begin too) the sink gets nothing more: the rank only takes
+// part in the broadcast until the end.
 func write(sink Sink, p []byte, local *error) {
-	if sink == nil {
+	if sink == nil || *local != nil {
 		return
 	}
 	if _, err := sink.Write(p); err != nil && *local == nil {

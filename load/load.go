@@ -127,7 +127,7 @@ type Summary struct {
 // matches broadcast.ErrNoBundle; a node-local failure (destination
 // unwritable, disk full) does not. An error matching broadcast.ErrComm is
 // local (the communicator failed).
-func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, error) {
+func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, err error) {
 	start := time.Now()
 	if ctx == nil {
 		ctx = context.Background()
@@ -147,7 +147,6 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		defer t.Stop()
 	}
 	var node broadcast.NodeComm
-	var err error
 	base := plan.Dest
 	if plan.RanksPerNode > 0 {
 		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
@@ -183,6 +182,13 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	if plan.GuessableDest {
 		if err := l.avoidTaken(base); err != nil {
 			return nil, err
+		}
+		if l.madeDest {
+			defer func() {
+				if err != nil {
+					os.Remove(l.plan.Dest) // still empty: nothing was installed
+				}
+			}()
 		}
 	}
 	restore := func() {}
@@ -249,6 +255,7 @@ type leader struct {
 	first, last int64 // world ranks of this node
 	sum         *Summary
 	staged      *bundle.Staged
+	madeDest    bool // avoidTaken made the (empty) Dest
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
@@ -296,13 +303,12 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err)
 	}
-	k.s = s
 	l := k.l
 	l.sum.Entries = len(s.Entries())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
 	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err) // a preset of a newer kbundle
 	}
 	l.presets = presets
 	if l.plan.Presets != nil {
@@ -313,7 +319,8 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 			l.sum.EmptyPresets = nil
 		}
 	}
-	k.staged = make(chan error, 1)
+	// From here on stage() closes s and waits for the staging.
+	k.s, k.staged = s, make(chan error, 1)
 	go func() {
 		t := time.Now()
 		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs})
@@ -462,6 +469,12 @@ func (l *leader) avoidTaken(base string) error {
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
 	l.plan.Dest = fakeNodeDest(l.plan, l.world.Rank(), base+"-"+hex.EncodeToString(buf))
 	l.sum.Dest = l.plan.Dest
+	// Made now, empty and private, before any temporary sibling shows
+	// the name in a directory others can list: nobody can take it first.
+	// The install then replaces it (rename(2) replaces an empty directory).
+	if l.sum.Leader && os.Mkdir(l.plan.Dest, 0o700) == nil {
+		l.madeDest = true
+	}
 	return nil
 }
 

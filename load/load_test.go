@@ -152,14 +152,58 @@ func TestRunAllOrNothing(t *testing.T) {
 	}
 }
 
-// flipLast flips a byte of the last buffer received of the body (the
-// fourth broadcast: status, prelude, body; chunks are 8 MiB).
-func flipLast() func([]byte) {
-	n := 0
+// flipLast flips a byte of the body as received (the third broadcast:
+// status, prelude, body; chunks are 8 MiB).
+func flipLast() func([]byte) { return flipNth(3) }
+
+// flipNth flips a byte of the n-th buffer received.
+func flipNth(n int) func([]byte) {
+	i := 0
 	return func(b []byte) {
-		if n++; n == 3 {
+		if i++; i == n {
 			b[len(b)/2] ^= 0x40
 		}
+	}
+}
+
+// TestRunSinkFails: a leader whose sink fails at Begin (its prelude
+// damaged in transfer; a bundle recording a preset this kbundle does not
+// know) neither crashes nor hangs: every rank gets the same ErrNoBundle and
+// nothing is left.
+func TestRunSinkFails(t *testing.T) {
+	_, file := testBundle(t)
+	src := filepath.Join(t.TempDir(), "cache")
+	if _, err := democache.Generate(src, democache.Options{Kernels: 40, Scale: 0.5, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	future := filepath.Join(filepath.Dir(file), "future.kbundle")
+	if _, err := bundle.Pack(context.Background(), src, future, &bundle.PackOptions{SegmentSize: bundle.MinSegmentSize,
+		Meta: map[string]string{bundle.MetaPreset: "triton,fromthefuture"}}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []int{0, 0, 1, 1}
+	for _, c := range []struct {
+		name, file, want string
+		corrupt          map[int]func([]byte)
+	}{
+		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipNth(2)}},
+		{"a preset of a newer kbundle", future, "fromthefuture", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			_, errs := run(t, nodes, func(rank int) load.Plan {
+				return load.Plan{Bundle: c.file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),
+					Host: fmt.Sprintf("kbn%d", nodes[rank]), Window: 1, UseRecorded: true}
+			}, c.corrupt)
+			for r, err := range errs {
+				if !errors.Is(err, broadcast.ErrNoBundle) || !strings.Contains(err.Error(), c.want) || err.Error() != errs[0].Error() {
+					t.Fatalf("rank %d: %v (rank 0: %v)", r, err, errs[0])
+				}
+			}
+			nothingUnder(t, base, "n0", "n1")
+			nothingUnder(t, filepath.Join(base, "n0"))
+			nothingUnder(t, filepath.Join(base, "n1"))
+		})
 	}
 }
 
@@ -217,8 +261,11 @@ func TestRunGuessableDestTaken(t *testing.T) {
 	}
 	_, file := testBundle(t)
 	nodes := []int{0, 0, 1, 1}
-	for _, guessable := range []bool{true, false} {
-		t.Run(fmt.Sprint("guessable=", guessable), func(t *testing.T) {
+	for _, c := range []struct {
+		guessable, damaged bool
+	}{{true, false}, {false, false}, {true, true}} {
+		guessable := c.guessable
+		t.Run(fmt.Sprintf("guessable=%v/damaged=%v", c.guessable, c.damaged), func(t *testing.T) {
 			base := t.TempDir()
 			theirs := filepath.Join(base, "n1", "dest")
 			if err := os.MkdirAll(theirs, 0o777); err != nil {
@@ -228,7 +275,18 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			sums, errs := run(t, nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),
 					Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: guessable}
-			}, nil)
+			}, map[bool]map[int]func([]byte){true: {2: flipLast()}}[c.damaged])
+			if c.damaged {
+				// The moved Dest, made empty before staging, goes too.
+				for r, err := range errs {
+					if !errors.Is(err, broadcast.ErrNoBundle) {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				nothingUnder(t, filepath.Join(base, "n1"), "dest")
+				return
+			}
 			if !guessable {
 				for r, err := range errs {
 					if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): ") || !strings.Contains(err.Error(), "owned by uid 65534") {
