@@ -28,6 +28,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 // signalGrace is how long a command has to stop by itself after a signal.
@@ -147,13 +148,7 @@ func main() {
 // and says which signal, so a load's agreed failure names it.
 type interrupted struct{ sig syscall.Signal }
 
-func (e interrupted) Error() string {
-	names := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}
-	if n, ok := names[e.sig]; ok {
-		return "interrupted by " + n
-	}
-	return "interrupted by " + e.sig.String()
-}
+func (e interrupted) Error() string { return "interrupted by " + warmup.SignalName(e.sig) }
 
 func (interrupted) Is(target error) bool { return target == context.Canceled }
 

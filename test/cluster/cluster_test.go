@@ -572,19 +572,7 @@ func (c *cluster) wantOnly(t *testing.T, dir string, names map[string][]string) 
 }
 
 // strays lists kbundle processes (binary kb) still running in any node.
-func (c *cluster) strays(kb string) []int {
-	var out []int
-	ps, _ := filepath.Glob("/proc/[0-9]*")
-	for _, p := range ps {
-		exe, err := os.Readlink(p + "/exe")
-		if err != nil || exe != kb {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(p))
-		out = append(out, pid)
-	}
-	return out
-}
+func (c *cluster) strays(kb string) []int { return testutil.Processes(kb) }
 
 // noStrays fails the test (and kills them) when kbundle processes outlive
 // their job by more than grace.

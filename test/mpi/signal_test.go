@@ -1,20 +1,19 @@
 package mpi
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 // bigTree writes n MiB of incompressible files (slow enough to interrupt).
@@ -144,7 +143,7 @@ func TestSignalsLeaveNothing(t *testing.T) {
 			t.Run("load/"+string(v)+"/ranks/"+sig.String(), func(t *testing.T) {
 				cmd, dir := load(t)
 				code, took, stderr := interruptWith(t, cmd, dir, func() {
-					pids := descendants(cmd.Process.Pid, kbm)
+					pids := testutil.Processes(kbm) // this test's build: this job's ranks
 					if len(pids) != 2 {
 						t.Errorf("found %d kbundle ranks under the launcher, want 2", len(pids))
 					}
@@ -152,7 +151,7 @@ func TestSignalsLeaveNothing(t *testing.T) {
 						syscall.Kill(pid, sig)
 					}
 				})
-				name := map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}[sig]
+				name := warmup.SignalName(sig)
 				if !strings.Contains(stderr, "interrupted by "+name) || strings.Contains(stderr, "hint:") {
 					t.Errorf("the message should say the load was interrupted by %s, with no hint\n%s", name, stderr)
 				}
@@ -173,41 +172,6 @@ func TestSignalsLeaveNothing(t *testing.T) {
 			check(t, -1, -1, took, stderr, dir)
 		})
 	}
-}
-
-// descendants returns the processes below pid (children, grandchildren...)
-// running the program exe.
-func descendants(pid int, exe string) []int {
-	parent := map[int]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 1 {
-			parent[p], _ = strconv.Atoi(f[1])
-		}
-	}
-	want, _ := filepath.EvalSymlinks(exe)
-	var out []int
-	for p := range parent {
-		for a := parent[p]; a > 1; a = parent[a] {
-			if a == pid {
-				if got, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p)); err == nil && got == want {
-					out = append(out, p)
-				}
-				break
-			}
-		}
-	}
-	return out
 }
 
 func check(t *testing.T, code, want int, took time.Duration, stderr, dir string) {
