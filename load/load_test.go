@@ -171,11 +171,7 @@ func flipNth(n int) func([]byte) {
 // know) neither crashes nor hangs: every rank gets the same ErrNoBundle and
 // nothing is left.
 func TestRunSinkFails(t *testing.T) {
-	_, file := testBundle(t)
-	src := filepath.Join(t.TempDir(), "cache")
-	if _, err := democache.Generate(src, democache.Options{Kernels: 40, Scale: 0.5, Seed: 3}); err != nil {
-		t.Fatal(err)
-	}
+	src, file := testBundle(t)
 	future := filepath.Join(filepath.Dir(file), "future.kbundle")
 	if _, err := bundle.Pack(context.Background(), src, future, &bundle.PackOptions{SegmentSize: bundle.MinSegmentSize,
 		Meta: map[string]string{bundle.MetaPreset: "triton,fromthefuture"}}); err != nil {
@@ -264,7 +260,6 @@ func TestRunGuessableDestTaken(t *testing.T) {
 	for _, c := range []struct {
 		guessable, damaged bool
 	}{{true, false}, {false, false}, {true, true}} {
-		guessable := c.guessable
 		t.Run(fmt.Sprintf("guessable=%v/damaged=%v", c.guessable, c.damaged), func(t *testing.T) {
 			base := t.TempDir()
 			theirs := filepath.Join(base, "n1", "dest")
@@ -272,10 +267,16 @@ func TestRunGuessableDestTaken(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Chown(theirs, 65534, 65534)
+			var corrupt map[int]func([]byte)
+			if c.damaged {
+				// The body: the fourth broadcast here, after the
+				// destination check's, the status and the prelude.
+				corrupt = map[int]func([]byte){2: flipNth(4)}
+			}
 			sums, errs := run(t, nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),
-					Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: guessable}
-			}, map[bool]map[int]func([]byte){true: {2: flipLast()}}[c.damaged])
+					Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: c.guessable}
+			}, corrupt)
 			if c.damaged {
 				// The moved Dest, made empty before staging, goes too.
 				for r, err := range errs {
@@ -287,7 +288,7 @@ func TestRunGuessableDestTaken(t *testing.T) {
 				nothingUnder(t, filepath.Join(base, "n1"), "dest")
 				return
 			}
-			if !guessable {
+			if !c.guessable {
 				for r, err := range errs {
 					if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): ") || !strings.Contains(err.Error(), "owned by uid 65534") {
 						t.Fatalf("rank %d: %v", r, err)
