@@ -99,11 +99,7 @@ func TestClusterLoad(t *testing.T) {
 		t.Run(string(v), func(t *testing.T) {
 			py := python(t, v)
 			site := install(t, py)
-			fx := map[string]string{}
-			for _, kv := range fixtures(t) {
-				k, val, _ := strings.Cut(kv, "=")
-				fx[k] = val
-			}
+			fx := fixtureMap(fixtures(t))
 			// The fixtures live under $TMPDIR, which every node shares;
 			// let the nodes' ranks read them whatever the umask.
 			for d := fx["KBUNDLE_PYTEST_TREE"]; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {

@@ -117,6 +117,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// fixtureMap is fixtures' NAME=VALUE list as a map.
+func fixtureMap(env []string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
 // fixtures makes the cache tree and its bundles (good, damaged,
 // untrusted) and returns the KBUNDLE_PYTEST_* variables naming them.
 func fixtures(t *testing.T) []string {
@@ -331,15 +341,8 @@ func TestTimeoutAborts(t *testing.T) {
 		t.Run(string(v), func(t *testing.T) {
 			py := python(t, v)
 			site := install(t, py)
-			env := fixtures(t)
-			var file, work string
-			for _, kv := range env {
-				if k, val, _ := strings.Cut(kv, "="); k == "KBUNDLE_PYTEST_BUNDLE" {
-					file = val
-				} else if k == "KBUNDLE_PYTEST_WORK" {
-					work = val
-				}
-			}
+			fx := fixtureMap(fixtures(t))
+			file, work := fx["KBUNDLE_PYTEST_BUNDLE"], fx["KBUNDLE_PYTEST_WORK"]
 			dest := filepath.Join(work, "dest")
 			start := time.Now()
 			so, se, code := testutil.RunMPI(t, v, 2, []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"},
@@ -373,14 +376,8 @@ func TestThreadLevel(t *testing.T) {
 		t.Run(string(v), func(t *testing.T) {
 			py := python(t, v)
 			site := install(t, py)
-			var file, work string
-			for _, kv := range fixtures(t) {
-				if k, val, _ := strings.Cut(kv, "="); k == "KBUNDLE_PYTEST_BUNDLE" {
-					file = val
-				} else if k == "KBUNDLE_PYTEST_WORK" {
-					work = val
-				}
-			}
+			fx := fixtureMap(fixtures(t))
+			file, work := fx["KBUNDLE_PYTEST_BUNDLE"], fx["KBUNDLE_PYTEST_WORK"]
 			env := []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"}
 			for _, c := range []struct{ level, want string }{
 				{"serialized", "loaded"},
