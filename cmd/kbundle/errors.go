@@ -7,6 +7,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -34,6 +35,10 @@ func atDest(err error) error {
 	return &destError{err}
 }
 
+// forceHint is the hint for a destination that exists.
+const forceHint = "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " +
+	bundle.InstalledMarker + ") is replaced; or choose another destination"
+
 // exitFor is the one classification of errors for every command: the exit
 // status and a "hint: ..." line telling the user how to fix err ("" when
 // there is nothing to add). Exit 3 means the bundle is unusable (missing,
@@ -45,6 +50,7 @@ func atDest(err error) error {
 func exitFor(err error) (code int, hint string) {
 	var de *destError
 	atBundle := errors.As(err, new(*bundleError)) || errors.Is(err, broadcast.ErrNoBundle)
+	unusable := loadcmd.BundleHint(err)
 	switch {
 	case err == nil:
 		return exitOK, ""
@@ -55,23 +61,17 @@ func exitFor(err error) (code int, hint string) {
 	case errors.As(err, &de):
 		switch {
 		case errors.Is(err, bundle.ErrExist):
-			return exitError, "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " + bundle.InstalledMarker + ") is replaced; or choose another destination"
+			return exitError, forceHint
 		case errors.Is(err, fs.ErrPermission):
 			return exitError, "hint: the destination is not writable by you; choose another DEST"
 		}
 		return exitError, "hint: the problem is the destination, not the bundle; check DEST's path, permissions and free space"
-	case errors.Is(err, bundle.ErrUntrusted):
-		return exitUnusable, "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
-	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
-		return exitUnusable, "hint: the bundle is damaged or truncated; pack it again from the cache directory"
-	case errors.Is(err, bundle.ErrVersion):
-		return exitUnusable, "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
-	case errors.Is(err, bundle.ErrInsecurePath):
-		return exitUnusable, "hint: the bundle holds a path that could escape its destination; do not use it"
+	case unusable != "":
+		return exitUnusable, unusable
 	case errors.Is(err, bundle.ErrExist):
-		return exitError, "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " + bundle.InstalledMarker + ") is replaced; or choose another destination"
+		return exitError, forceHint
 	case atBundle && errors.Is(err, fs.ErrNotExist):
-		return exitUnusable, "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+		return exitUnusable, loadcmd.MissingHint
 	case atBundle && errors.Is(err, fs.ErrPermission):
 		return exitError, "hint: you cannot read the bundle; check its and its directories' permissions"
 	case errors.Is(err, broadcast.ErrNoBundle):

@@ -298,19 +298,13 @@ func failure(kind string, err error) result {
 
 // hint tells how to fix err, in the Python API's terms, or "".
 func hint(err error) string {
-	switch {
-	case errors.Is(err, bundle.ErrUntrusted):
-		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
-	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
-		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
-	case errors.Is(err, bundle.ErrVersion):
-		return "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
-	case errors.Is(err, bundle.ErrInsecurePath):
-		return "hint: the bundle holds a path that could escape its destination; do not use it"
+	switch h := loadcmd.BundleHint(err); {
+	case h != "":
+		return h
 	case errors.Is(err, bundle.ErrExist):
 		return "hint: pass force=True to replace the destination"
 	case errors.Is(err, fs.ErrNotExist):
-		return "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+		return loadcmd.MissingHint
 	}
 	return ""
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
@@ -109,3 +110,23 @@ func Reasons(err error) []string {
 	}
 	return lines
 }
+
+// BundleHint tells how to fix a bundle that cannot be used (untrusted,
+// damaged, of a newer version, hostile), in the same words from every
+// front end; "" for any other error.
+func BundleHint(err error) string {
+	switch {
+	case errors.Is(err, bundle.ErrUntrusted):
+		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
+	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
+		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
+	case errors.Is(err, bundle.ErrVersion):
+		return "hint: this bundle was written by a newer kbundle; upgrade kbundle or repack"
+	case errors.Is(err, bundle.ErrInsecurePath):
+		return "hint: the bundle holds a path that could escape its destination; do not use it"
+	}
+	return ""
+}
+
+// MissingHint is the hint for a bundle that does not exist.
+const MissingHint = "hint: create it with `kbundle warm --pack` or `kbundle pack`"
