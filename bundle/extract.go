@@ -324,11 +324,15 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 	var mst unix.Stat_t
 	if err := unix.Fstatat(fd, InstalledMarker, &mst, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
 		mst.Mode&unix.S_IFMT != unix.S_IFREG || mst.Uid != st.Uid {
-		return refuse("kbundle did not install this directory (it holds no " + InstalledMarker +
-			"), so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination")
+		return refuse(notInstalledMsg)
 	}
 	return true, nil
 }
+
+// notInstalledMsg is checkDest's refusal of a non-empty directory without
+// InstalledMarker.
+const notInstalledMsg = "kbundle did not install this directory (it holds no " + InstalledMarker +
+	"), so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
 
 // checkSpace compares what the bundle unpacks to (its files rounded up to
 // the file system's blocks, one block per directory) and its entry count
