@@ -325,14 +325,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 		t := time.Now()
 		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs})
 		if err == nil {
-			origin := s.Meta()[bundle.MetaOrigin]
-			for _, p := range presets {
-				if err = p.RelocateStaged(st.Dir(), st.Dest(), origin); err != nil {
-					err = fmt.Errorf("preset %s: %w", p.Name, err)
-					break
-				}
-			}
-			if err != nil {
+			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 				st.Abort()
 				st = nil
 			}

@@ -79,6 +79,20 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// RelocateStaged applies every preset's relocation (Preset.RelocateStaged)
+// to a copy extracted to staged that will be renamed to dest, in order,
+// stopping at the first failure. `kbundle load` and `kbundle extract` call
+// it on the staged tree before installing it, so that a failure installs
+// nothing.
+func RelocateStaged(staged, dest, origin string, presets ...*Preset) error {
+	for _, p := range presets {
+		if err := p.RelocateStaged(staged, dest, origin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Activate prepares a cache that a bundle packed in origin (its recorded
 // metadata "origin") was extracted to at dest: it runs every preset's
 // Relocate, then returns the variables that point the frameworks at dest.

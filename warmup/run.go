@@ -139,7 +139,10 @@ func Run(ctx context.Context, o *Options) (*Result, error) {
 }
 
 // lookPath resolves name against PATH taken from env (the child's), not
-// from this process, so a preset or user PATH applies.
+// from this process, so a preset or user PATH applies. Like Go's
+// exec.LookPath (ErrDot) it never runs what a relative or empty PATH entry
+// finds, which depends on the current directory: such entries are
+// skipped, and a name found only through one gives a relativeEntryError.
 func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		fi, err := os.Stat(name)
@@ -159,26 +162,51 @@ func lookPath(name string, env []string) (string, error) {
 		}
 	}
 	var denied error
+	var relative *relativeEntryError
 	for _, dir := range filepath.SplitList(pathVar) {
-		if dir == "" {
-			dir = "."
-		}
 		p := filepath.Join(dir, name)
 		fi, err := os.Stat(p)
-		if err != nil || fi.IsDir() {
+		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+			if err == nil && !fi.IsDir() && filepath.IsAbs(dir) {
+				denied = fmt.Errorf("%w: %s is not executable", os.ErrPermission, p)
+			}
 			continue
 		}
-		if fi.Mode().Perm()&0o111 == 0 {
-			denied = fmt.Errorf("%w: %s is not executable", os.ErrPermission, p)
+		if !filepath.IsAbs(dir) {
+			if relative == nil {
+				relative = &relativeEntryError{name: name, entry: dir}
+			}
 			continue
 		}
 		return p, nil
 	}
-	if denied != nil {
+	switch {
+	case denied != nil:
 		return "", denied
+	case relative != nil:
+		return "", relative
 	}
 	return "", exec.ErrNotFound
 }
+
+// relativeEntryError says that a command was found only through a relative
+// or empty PATH entry, which lookPath skips. It matches exec.ErrDot and
+// exec.ErrNotFound (exit 127 for warm).
+type relativeEntryError struct{ name, entry string }
+
+func (e *relativeEntryError) Error() string {
+	where := fmt.Sprintf("the relative PATH entry %q", e.entry)
+	if e.entry == "" {
+		where = "the empty PATH entry (the current directory)"
+	}
+	p := filepath.Join(e.entry, e.name)
+	if !strings.HasPrefix(p, "../") {
+		p = "./" + p
+	}
+	return fmt.Sprintf("%s was found only through %s; give its path (%s) or put an absolute directory in PATH", e.name, where, p)
+}
+
+func (e *relativeEntryError) Unwrap() []error { return []error{exec.ErrDot, exec.ErrNotFound} }
 
 // SignalName returns the conventional name of s ("SIGKILL"), or
 // "signal N" for one without a name here.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -135,5 +136,81 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 func TestSignalName(t *testing.T) {
 	if SignalName(syscall.SIGKILL) != "SIGKILL" || SignalName(syscall.Signal(63)) != "signal 63" {
 		t.Error("SignalName")
+	}
+}
+
+// V4: a command found only through a relative or empty PATH entry (one
+// that names a directory by the current one) is not run, as Go's
+// exec.LookPath refuses it (ErrDot): the error names the entry and the
+// fix. An absolute entry later in PATH is used instead.
+func TestLookPathRelativeEntries(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, d := range []string{"bin", "abs"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile("tool", []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abs := filepath.Join(dir, "abs")
+	for _, tc := range []struct {
+		name, path string
+		want       string   // the path found, or "" for an error
+		msg        []string // in the error
+		dot        bool     // the error matches exec.ErrDot
+	}{
+		{"absolute", abs, filepath.Join(abs, "tool"), nil, false},
+		{"relative then absolute", "bin:" + abs, filepath.Join(abs, "tool"), nil, false},
+		{"empty then absolute", ":" + abs, filepath.Join(abs, "tool"), nil, false},
+		{"relative only", "bin:/nonexistent", "", []string{`tool was found only through the relative PATH entry "bin"`, "give its path (./bin/tool) or put an absolute directory in PATH"}, true},
+		{"dot", ".", "", []string{`relative PATH entry "."`, "(./tool)"}, true},
+		{"empty entry", "/nonexistent:", "", []string{"the empty PATH entry (the current directory)", "(./tool)"}, true},
+		{"parent", "../" + filepath.Base(dir) + "/bin", "", []string{"(../" + filepath.Base(dir) + "/bin/tool)"}, true},
+		{"nowhere", "/nonexistent", "", []string{exec.ErrNotFound.Error()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := lookPath("tool", []string{"PATH=" + tc.path})
+			if tc.want != "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("lookPath = %q, %v; want %q", got, err, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("lookPath = %q, want an error", got)
+			}
+			if !errors.Is(err, exec.ErrNotFound) || errors.Is(err, exec.ErrDot) != tc.dot {
+				t.Errorf("error %v: ErrNotFound %v, ErrDot %v; want true, %v", err, errors.Is(err, exec.ErrNotFound), errors.Is(err, exec.ErrDot), tc.dot)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not say %q", err, m)
+				}
+			}
+		})
+	}
+}
+
+// V4's reproducer: Run does not run bin/python3 through PATH=bin.
+func TestRunRelativePATHNotRun(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.Mkdir("bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("bin/python3", []byte("#!/bin/sh\n: > ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), &Options{Argv: []string{"python3"}, Env: []string{"PATH=bin:/nonexistent"}, Dir: t.TempDir()})
+	if !errors.Is(err, ErrStart) || !errors.Is(err, exec.ErrDot) {
+		t.Errorf("error %v, want ErrStart and exec.ErrDot", err)
+	}
+	if _, serr := os.Stat("ran"); serr == nil {
+		t.Error("bin/python3 ran through the relative PATH entry")
 	}
 }

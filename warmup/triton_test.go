@@ -235,3 +235,46 @@ func TestRelocateStaged(t *testing.T) {
 		}
 	})
 }
+
+// TestRelocateStagedPresets: the package-level RelocateStaged (load's and
+// extract's) runs every preset's relocation on the staged copy, naming
+// dest, and stops with the first failure.
+func TestRelocateStagedPresets(t *testing.T) {
+	numba, _ := Lookup("numba")
+	inductor, _ := Lookup("inductor") // includes triton
+	for _, tc := range []struct {
+		name      string
+		presets   []*Preset
+		bad       bool // a group file that cannot be parsed
+		relocated bool
+	}{
+		{"none", nil, false, false},
+		{"no relocation", []*Preset{numba}, false, false},
+		{"included triton", []*Preset{numba, inductor}, false, true},
+		{"bad group file", []*Preset{numba, inductor}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			staged := filepath.Join(root, ".loaded.kbundle-tmp-x")
+			dest := filepath.Join(root, "loaded")
+			copyTree(t, "testdata/triton-cache", filepath.Join(staged, "triton"))
+			if tc.bad {
+				os.WriteFile(filepath.Join(staged, "triton", "ABCKEY1", "__grp__bad.json"), []byte(`{"child_paths": `), 0o600)
+			}
+			err := RelocateStaged(staged, dest, "/home/alice/kcache", tc.presets...)
+			if tc.bad != errors.Is(err, ErrGroupFile) || !tc.bad && err != nil {
+				t.Fatalf("RelocateStaged: %v, want ErrGroupFile %v", err, tc.bad)
+			}
+			if tc.bad {
+				return // the staged copy is thrown away
+			}
+			grp := filepath.Join(staged, "triton", "ABCKEY1", "__grp__add_kernel.json")
+			children := readGroup(t, grp)["child_paths"].(map[string]any)
+			for name, v := range children {
+				if got := strings.HasPrefix(v.(string), dest+string(filepath.Separator)); got != tc.relocated {
+					t.Errorf("%s -> %s: under dest %v, want %v", name, v, got, tc.relocated)
+				}
+			}
+		})
+	}
+}

@@ -1,30 +1,43 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
 
 // extractJSON is `kbundle extract --json`; fields are only ever added.
 type extractJSON struct {
-	Path    string  `json:"path"`
-	Dest    string  `json:"dest"`
-	Entries int     `json:"entries"`
-	Files   int     `json:"files"`
-	Dirs    int     `json:"dirs"`
-	Bytes   int64   `json:"raw_bytes"`
-	Seconds float64 `json:"seconds"`
+	Path    string   `json:"path"`
+	Dest    string   `json:"dest"`
+	Entries int      `json:"entries"`
+	Files   int      `json:"files"`
+	Dirs    int      `json:"dirs"`
+	Bytes   int64    `json:"raw_bytes"`
+	Seconds float64  `json:"seconds"`
+	Presets []string `json:"presets,omitempty"` // the presets applied
+	Env     []string `json:"env,omitempty"`     // NAME=VALUE pointing them at DEST
 }
 
 func init() {
 	register(&cli.Command{
 		Name:      "extract",
 		Usage:     "extract a bundle into a directory, atomically",
-		UsageText: "kbundle extract FILE DEST [--force] [--jobs N] [--json] [-q]",
-		Flags:     []cli.Flag{forceFlag, jobsFlag, jsonFlag, quietFlag},
-		Action:    extractAction,
+		UsageText: "kbundle extract FILE DEST [--force] [--preset NAME]... [--print-env] [--jobs N] [--json] [-q]",
+		Description: "Extracts FILE to DEST as one node of `kbundle load` does: into a private\n" +
+			"temporary sibling of DEST, relocated for the presets (the ones recorded in the\n" +
+			"bundle, or --preset's), then renamed into place; a failure installs nothing.\n" +
+			"Prints the presets' `export VAR=VALUE` lines for DEST on stdout, as load does,\n" +
+			"and a summary on stderr; with --print-env, no preset to apply is a usage error.",
+		Flags: []cli.Flag{forceFlag, presetFlag,
+			&cli.BoolFlag{Name: "print-env", Usage: "print only the presets' export lines on stdout (needs a preset)"},
+			jobsFlag, jsonFlag, quietFlag},
+		Action: extractAction,
 	})
 }
 
@@ -37,24 +50,79 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	named, err := lookupPresets(c.StringSlice("preset"))
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	if c.Bool("print-env") && c.Bool("json") {
+		return cli.Exit("--print-env and --json do not go together: --json's \"env\" holds the variables", exitUsage)
+	}
 	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	presets, err := recordedOr(named, c.IsSet("preset"), rc.Meta())
+	if err != nil {
+		// A preset of a newer kbundle: its relocation cannot be done.
+		return cli.Exit(fmt.Sprintf("%s: %s\nkbundle: hint: upgrade kbundle, or name the presets with --preset",
+			safe(a[0]), safe(err.Error())), exitUnusable)
+	}
+	if c.Bool("print-env") && len(presets) == 0 {
+		return cli.Exit("--print-env: the bundle records no preset; pass --preset NAME", exitUsage)
+	}
+	if len(named) > 0 {
+		if missing, _ := warmup.MissingContent(rc.Reader, named); len(missing) > 0 {
+			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(presetNames(missing), ",", ", "))
+		}
+	}
 	start := time.Now()
 	bar := newProgress(c, "extracting")
-	res, err := rc.Extract(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
+	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))
 	}
-	took := time.Since(start)
-	if c.Bool("json") {
-		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
-			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds()})
+	env, err := installRelocated(st, rc.Meta()[bundle.MetaOrigin], presets)
+	if err != nil {
+		return err
 	}
+	res, took := st.Result(), time.Since(start)
+	if c.Bool("json") {
+		var names []string
+		if len(presets) > 0 {
+			names = strings.Split(presetNames(presets), ",")
+		}
+		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
+			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env})
+	}
+	printExports(c.App.Writer, env)
 	say(c, "extracted %s and %s (%s) to %s in %s", plural(res.Files, "file", "files"),
 		plural(res.Dirs, "directory", "directories"), human(res.Bytes), safe(res.Dest), elapsed(took))
 	return nil
+}
+
+// installRelocated applies the presets' relocation to the staged tree,
+// then installs it and returns the presets' variables for its DEST: a
+// failure at any step installs nothing (the staged tree is removed, a
+// replaced tree put back).
+func installRelocated(st *bundle.Staged, origin string, presets []*warmup.Preset) ([]string, error) {
+	env, err := warmup.EnvFor(st.Dest(), presets...)
+	if err == nil {
+		err = warmup.RelocateStaged(st.Dir(), st.Dest(), origin, presets...)
+	}
+	if err != nil {
+		st.Abort()
+		return nil, cli.Exit(fmt.Sprintf("%s\nkbundle: nothing was installed at %s", safe(err.Error()), safe(st.Dest())), exitError)
+	}
+	if err := st.Install(); err != nil {
+		if aerr := st.Abort(); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		return nil, exit(atDest(err))
+	}
+	if err := st.Commit(); err != nil {
+		return nil, exit(atDest(err))
+	}
+	return env, nil
 }
