@@ -137,6 +137,45 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 			t.Errorf("application step %q", lines[1])
 		}
 	})
+	t.Run("quoted KBUNDLE_SRUN_ARGS", func(t *testing.T) {
+		env := append(base[:len(base):len(base)], `KBUNDLE_SRUN_ARGS=--comment="two words" --cpu-bind=cores`)
+		so, se, code := run(t, env, dir, "bash", runScript, app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		if lines := srunLines(t, log); lines[1] != "--export=ALL --comment=two words --cpu-bind=cores "+app {
+			t.Errorf("application step %q: want the quoted value as one argument, without its quotes", lines[1])
+		}
+	})
+	t.Run("the application keeps the job's umask", func(t *testing.T) {
+		for _, script := range []string{runScript, repoPath("scripts/slurm/kbundle-job.sbatch")} {
+			so, se, code := run(t, base, dir, "bash", "-c", `umask 0027 && exec bash "$0" sh -c 'echo "APP-UMASK=$(umask)" >&2'`, script)
+			if code != 0 {
+				t.Fatalf("%s: exit %d\n%s%s", script, code, so, se)
+			}
+			if !strings.Contains(se, "APP-UMASK=0027") {
+				t.Errorf("%s: the application did not run with the job's umask 0027 (the scripts' umask 022 is for kbundle's own steps only)\n%s", script, se)
+			}
+			os.Remove(log)
+		}
+	})
+	t.Run("KBUNDLE_FALLBACK on Slurm as on PBS", func(t *testing.T) {
+		damaged := filepath.Join(dir, "damaged-fallback.kbundle")
+		damage(t, bundle, damaged)
+		env := append(base[:len(base):len(base)], "KBUNDLE_BUNDLE="+damaged)
+		so, se, code := run(t, append(env, "KBUNDLE_FALLBACK=1"), dir, "bash", runScript, app)
+		if code != 0 || !strings.Contains(se, "kbundle-run: cache: cold (kbundle load exit 3") {
+			t.Errorf("kbundle-run.sbatch, KBUNDLE_FALLBACK=1: want exit 0 and a cold run, got exit %d\n%s%s", code, so, se)
+		}
+		if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " compiled=5 ") {
+			t.Errorf("kbundle-run.sbatch, KBUNDLE_FALLBACK=1: the application ran %q, want one cold run", ls)
+		}
+		so, se, code = run(t, append(env, "KBUNDLE_FALLBACK=0", "KBUNDLE_WARM_IF_MISSING=0"), dir, "bash", repoPath("scripts/slurm/kbundle-job.sbatch"), app)
+		if code != 3 || len(tackLines(so)) != 0 || !strings.Contains(se, "KBUNDLE_FALLBACK=0: the application is not started") {
+			t.Errorf("kbundle-job.sbatch, KBUNDLE_FALLBACK=0: want exit 3 and no application run, got exit %d\n%s%s", code, so, se)
+		}
+		os.Remove(log)
+	})
 	t.Run("failed load says cold and why", func(t *testing.T) {
 		damaged := filepath.Join(dir, "damaged.kbundle")
 		damage(t, bundle, damaged)
