@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -49,4 +51,38 @@ func args(c *cli.Context, names ...string) ([]string, error) {
 		return nil, cli.Exit("usage: "+c.Command.UsageText, exitUsage)
 	}
 	return c.Args().Slice(), nil
+}
+
+// timeoutValue is a --timeout: seconds, or a duration with its unit
+// (loadcmd.ParseTimeout).
+type timeoutValue struct{ d time.Duration }
+
+func (v *timeoutValue) Set(s string) error {
+	d, err := loadcmd.ParseTimeout(s)
+	if err != nil {
+		return err
+	}
+	v.d = d
+	return nil
+}
+
+func (v *timeoutValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return v.d.String()
+}
+
+// timeoutFlag is load's --timeout; timeout(c) reads it.
+func timeoutFlag(def time.Duration, usage string) *cli.GenericFlag {
+	return &cli.GenericFlag{Name: "timeout", Value: &timeoutValue{def}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
+		Usage: usage + " (`D`: seconds, or with a unit: 30s, 10m)"}
+}
+
+// timeout returns --timeout's value.
+func timeout(c *cli.Context) time.Duration {
+	if v, ok := c.Generic("timeout").(*timeoutValue); ok {
+		return v.d
+	}
+	return 0
 }

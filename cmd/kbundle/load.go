@@ -49,8 +49,7 @@ func init() {
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
 			jobsFlag,
 			quietFlag,
-			&cli.DurationFlag{Name: "timeout", Value: loadcmd.DefaultTimeout, EnvVars: []string{"KBUNDLE_TIMEOUT"},
-				Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down"},
+			timeoutFlag(loadcmd.DefaultTimeout, "end the load (MPI_Abort) if it has not finished by then: a node or link is down"),
 		},
 		Action: loadAction,
 	})
@@ -241,7 +240,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 	// task of a launcher loads alone: they could not agree on a new one.
 	plan.GuessableDest = c.String("to") == "" && !l.tasks
 	plan.Presets, plan.UseRecorded = l.presets, len(l.presets) == 0 && !c.IsSet("preset")
-	plan.Timeout = c.Duration("timeout")
+	plan.Timeout = timeout(c)
 	plan.OnTimeout = func(msg string) {
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", msg)
 		mpi.Abort(exitError)

@@ -33,7 +33,7 @@ type request struct {
 	// Presets: null: $KBUNDLE_PRESET, else the bundle's recorded presets;
 	// []: none.
 	Presets *[]string `json:"presets"`
-	// Timeout in seconds; null: $KBUNDLE_TIMEOUT (a Go duration), else
+	// Timeout in seconds; null: $KBUNDLE_TIMEOUT (loadcmd.ParseTimeout), else
 	// 10 minutes; 0: none.
 	Timeout *float64          `json:"timeout"`
 	Environ map[string]string `json:"environ"`
@@ -147,9 +147,9 @@ func timeout(r request, getenv func(string) string) (time.Duration, error) {
 		}
 		return time.Duration(*r.Timeout * float64(time.Second)), nil
 	case v != "":
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return 0, fmt.Errorf("KBUNDLE_TIMEOUT=%q: want a duration such as 10m or 90s", v)
+		d, err := loadcmd.ParseTimeout(v)
+		if err != nil {
+			return 0, fmt.Errorf("KBUNDLE_TIMEOUT: %w", err)
 		}
 		return d, nil
 	}

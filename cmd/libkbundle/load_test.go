@@ -129,7 +129,7 @@ func TestRun(t *testing.T) {
 			req: func(d string) request {
 				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}
 			},
-			kind: kindUsage, reason: `KBUNDLE_TIMEOUT="soon"`},
+			kind: kindUsage, reason: `KBUNDLE_TIMEOUT: timeout "soon"`},
 		{name: "negative timeout", nodes: []int{0},
 			req:  func(d string) request { return request{Bundle: file, Dest: d, Timeout: ptr(-1.0)} },
 			kind: kindUsage, reason: `timeout=-1`},

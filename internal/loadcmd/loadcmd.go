@@ -9,6 +9,7 @@ package loadcmd
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -130,3 +131,22 @@ func BundleHint(err error) string {
 
 // MissingHint is the hint for a bundle that does not exist.
 const MissingHint = "hint: create it with `kbundle warm --pack` or `kbundle pack`"
+
+// ParseTimeout reads a timeout as a user types it, on the command line or
+// in KBUNDLE_TIMEOUT: a bare number is seconds (as sbcast's -t and
+// Python's timeout= are), anything else a Go duration such as 30s, 10m or
+// 1h30m; 0 means none. A negative or unreadable value is an error that
+// says what to write.
+func ParseTimeout(s string) (time.Duration, error) {
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || f > float64(math.MaxInt64/int64(time.Second)) || f != f {
+			return 0, fmt.Errorf("timeout %q: want seconds, 0 (none) or more", s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("timeout %q: want a number of seconds or a duration such as 30s or 10m", s)
+	}
+	return d, nil
+}
