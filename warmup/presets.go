@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -39,6 +40,9 @@ type Preset struct {
 	Subdir string `json:"subdir"`
 	// Vars are the variables this preset sets itself.
 	Vars []Var `json:"vars"`
+	// Aliases are other names Lookup accepts for this preset (torch for
+	// inductor); the bundle records Name.
+	Aliases []string `json:"aliases,omitempty"`
 	// Includes names presets whose variables (and relocation) this one
 	// needs as well: inductor includes triton, pyopencl includes pocl.
 	Includes []string `json:"includes,omitempty"`
@@ -50,6 +54,11 @@ type Preset struct {
 	// read-only cache (recompiling, failing or hanging). Every loaded copy
 	// should be writable; for these it must be.
 	Writable bool `json:"writable"`
+
+	// hidden keeps a preset out of Presets (the presets command, shell
+	// completion, the list of known names): the test suite's stand-in
+	// framework (tack), which Lookup still finds by name.
+	hidden bool
 
 	relocate func(dir, dest, origin string) error
 	// hitWrite reports whether a file the framework writes (or removes)
@@ -63,20 +72,25 @@ type Preset struct {
 	refusals []string
 }
 
-// Presets returns the whole table, sorted by name. The returned presets
-// are shared: callers must not modify them.
+// Presets returns the table, sorted by name, without the hidden test
+// preset. The returned presets are shared: callers must not modify them.
 func Presets() []*Preset {
-	out := make([]*Preset, len(table))
-	copy(out, table)
+	out := make([]*Preset, 0, len(table))
+	for _, p := range table {
+		if !p.hidden {
+			out = append(out, p)
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// Lookup returns the preset with the given name (case-insensitive).
+// Lookup returns the preset with the given name or alias
+// (case-insensitive).
 func Lookup(name string) (*Preset, error) {
 	n := strings.ToLower(strings.TrimSpace(name))
 	for _, p := range table {
-		if p.Name == n {
+		if p.Name == n || slices.Contains(p.Aliases, n) {
 			return p, nil
 		}
 	}

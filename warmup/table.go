@@ -10,6 +10,7 @@ import (
 var table = []*Preset{
 	{
 		Name:      "tack",
+		hidden:    true, // the test suite's stand-in framework
 		Framework: "Tack-like application",
 		Subdir:    "tack",
 		Vars: []Var{
@@ -41,6 +42,7 @@ var table = []*Preset{
 	},
 	{
 		Name:      "inductor",
+		Aliases:   []string{"torch", "pytorch", "torchinductor"},
 		Framework: "PyTorch Inductor (torch.compile)",
 		Subdir:    "inductor",
 		Includes:  []string{"triton"},
