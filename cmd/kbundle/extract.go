@@ -37,14 +37,18 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true})
+	trust, err := trustPolicy()
+	if err != nil {
+		return err
+	}
+	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true, Trust: trust})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	start := time.Now()
 	bar := newProgress(c, "extracting")
-	res, err := rc.Extract(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
+	res, err := rc.Extract(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust})
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))
