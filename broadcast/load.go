@@ -41,6 +41,7 @@ type options struct {
 	path, dir string
 	chunk     int64
 	stats     *Stats
+	trust     *bundle.TrustPolicy
 }
 
 // An Option changes what LoadBundle does. Options only matter on rank 0
@@ -56,6 +57,10 @@ func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 // WithChunkSize sets the size of each broadcast call (1 to MaxChunkSize
 // bytes) instead of DefaultChunkSize.
 func WithChunkSize(n int64) Option { return func(o *options) { o.chunk = n } }
+
+// WithTrust adds the owners and groups rank 0's trust check accepts
+// besides the user and root (bundle.TrustPolicy; default none).
+func WithTrust(p *bundle.TrustPolicy) Option { return func(o *options) { o.trust = p } }
 
 // WithStats fills s with this rank's timings.
 func WithStats(s *Stats) Option { return func(o *options) { o.stats = s } }
@@ -157,7 +162,7 @@ func openRoot(o *options) (*bundle.ReadCloser, error) {
 		return nil, err
 	}
 	o.stats.Path = path
-	return bundle.Open(path, &bundle.OpenOptions{Trusted: true})
+	return bundle.Open(path, &bundle.OpenOptions{Trusted: true, Trust: o.trust})
 }
 
 func commErr(what string, err error) error {

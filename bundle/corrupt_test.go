@@ -496,7 +496,7 @@ func TestTrust(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, file := setup(t, c.dirMode, c.fileMode)
-			for _, check := range []func(string) error{CheckTrust, openTrusted} {
+			for _, check := range []func(string) error{func(p string) error { return CheckTrust(p, nil) }, openTrusted} {
 				err := check(file)
 				if c.bad == "" {
 					if err != nil {
@@ -522,7 +522,7 @@ func TestTrust(t *testing.T) {
 		if err := os.Chown(file, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckTrust(file); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "uid 65534") {
+		if err := CheckTrust(file, nil); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "uid 65534") {
 			t.Fatalf("%v, want ErrUntrusted naming the owner", err)
 		}
 	})
@@ -537,7 +537,7 @@ func TestTrust(t *testing.T) {
 	})
 	t.Run("a directory, not a file", func(t *testing.T) {
 		dir, _ := setup(t, 0o700, 0o600)
-		if err := CheckTrust(dir); !errors.Is(err, ErrFormat) {
+		if err := CheckTrust(dir, nil); !errors.Is(err, ErrFormat) {
 			t.Fatalf("%v, want ErrFormat", err)
 		}
 	})
@@ -559,7 +559,7 @@ func TestOpenFIFO(t *testing.T) {
 			return err
 		},
 		"trusted":    func() error { return openTrusted(p) },
-		"CheckTrust": func() error { return CheckTrust(p) },
+		"CheckTrust": func() error { return CheckTrust(p, nil) },
 	} {
 		done := make(chan error, 1)
 		go func() { done <- open() }()

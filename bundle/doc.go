@@ -5,7 +5,10 @@
 //
 // The package knows bytes and files only: it reads no environment variable
 // and probes no host (the caller passes the host description and the
-// content time in PackOptions). It never talks to MPI, never
+// content time in PackOptions, and whom to trust besides the user and root
+// as a TrustPolicy in OpenOptions, ExtractOptions and PackOptions; the
+// front ends build it from KBUNDLE_TRUSTED_GROUPS and
+// KBUNDLE_TRUSTED_OWNERS with ParseTrust). It never talks to MPI, never
 // trusts a length or a name read from a bundle before checking it against a
 // named limit, never follows a symlink while extracting, and never leaves a
 // partial output file or half-extracted directory behind.

@@ -26,6 +26,9 @@ type ExtractOptions struct {
 	// far and the total, from 0 up to total (calls may come from several
 	// goroutines, with done never decreasing).
 	Progress func(done, total int64)
+	// Trust adds the owners and groups whose write permission on dest's
+	// parent and the directories above it is accepted (nil: none).
+	Trust *TrustPolicy
 }
 
 // ExtractResult says what Extract did.
@@ -103,7 +106,7 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	// Whoever can write dest's parent (or a directory above it) can swap
 	// the extracted tree after we installed it, with their own kernels
 	// (W1): the parent is held to the bundle's trust rules.
-	if err := checkTrustDir(s.parent); err != nil {
+	if err := checkTrustDir(s.parent, opt.Trust); err != nil {
 		var e *Error
 		if errors.As(err, &e) && errors.Is(err, ErrUntrusted) {
 			return nil, &Error{File: e.File, Err: ErrDestination, Msg: "untrusted place to extract to: " + e.Msg +

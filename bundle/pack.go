@@ -34,6 +34,9 @@ type PackOptions struct {
 	ContentTime time.Time
 	// Progress, when set, is called with bytes of content read so far.
 	Progress func(done, total int64)
+	// Trust adds the owners and groups the trust checks behind Writable
+	// and Untrusted accept (nil: none), as load's will.
+	Trust *TrustPolicy
 }
 
 // PackResult says what Pack did.
@@ -118,10 +121,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 			return nil, fmt.Errorf("bad exclude pattern %q: %w", g, err)
 		}
 	}
-	pol, err := policy()
-	if err != nil {
-		return nil, err
-	}
+	pol := opt.Trust
 	// Open the directory once; everything below is read relative to it.
 	rootFD, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -149,7 +149,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	}
 	if msg := pol.statProblem("directory", dir, &st); msg != "" {
 		res.Writable = append(res.Writable, dir+": "+msg)
-	} else if err := checkTrustDir(dir); err != nil {
+	} else if err := checkTrustDir(dir, pol); err != nil {
 		res.Writable = append(res.Writable, err.Error())
 	}
 	if err := t.walkDir(rootFD, ""); err != nil {
@@ -216,7 +216,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := syncDir(outDir); err != nil {
 		return nil, err
 	}
-	res.Untrusted = CheckTrust(out)
+	res.Untrusted = CheckTrust(out, opt.Trust)
 	res.Dirs = len(dirs)
 	res.Files = len(files)
 	res.DataBytes = w.dataLen
@@ -233,7 +233,7 @@ func tempPrefix(out string) string { return "." + filepath.Base(out) + tempTag }
 type treeWalk struct {
 	root, out string
 	exclude   []string
-	pol       *trustPolicy
+	pol       *TrustPolicy
 	res       *PackResult
 
 	dirs, files []packFile

@@ -67,6 +67,9 @@ type OpenOptions struct {
 	// opened descriptor, with its directory (see CheckTrust). Loading a
 	// bundle for execution (extract, load) asks for it.
 	Trusted bool
+	// Trust adds the owners and groups the trust check accepts besides
+	// you and root (nil: none), for Trusted and for Untrusted.
+	Trust *TrustPolicy
 }
 
 // Open opens the bundle file name, once: every check, including trust, is
@@ -83,8 +86,8 @@ func Open(name string, opt *OpenOptions) (*ReadCloser, error) {
 	var f *os.File
 	var err, untrusted error
 	if opt.Trusted {
-		f, err = OpenTrusted(name)
-	} else if f, untrusted, err = openTrustedPath(name, false, false); err != nil && !errors.Is(err, ErrFormat) {
+		f, err = OpenTrusted(name, opt.Trust)
+	} else if f, untrusted, err = openTrustedPath(name, opt.Trust, false, false); err != nil && !errors.Is(err, ErrFormat) {
 		f, err = os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		untrusted = nil
 	}

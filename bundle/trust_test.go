@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,11 +36,11 @@ func TestTrustAncestors(t *testing.T) {
 	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckTrust(file); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), proj+": untrusted: directory mode 0775") {
+	if err := CheckTrust(file, nil); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), proj+": untrusted: directory mode 0775") {
 		t.Fatalf("group-writable ancestor: %v, want ErrUntrusted naming %s", err, proj)
 	}
 	os.Chmod(proj, 0o755)
-	if err := CheckTrust(file); err != nil {
+	if err := CheckTrust(file, nil); err != nil {
 		t.Fatalf("private chain: %v", err)
 	}
 
@@ -51,7 +52,7 @@ func TestTrustAncestors(t *testing.T) {
 	dotlink := filepath.Join(base, "dotlink")
 	os.Symlink("proj/../proj/./victim/b.kbundle", dotlink)
 	for _, p := range []string{filepath.Join(link, "b.kbundle"), filepath.Join(abslink, "b.kbundle"), dotlink} {
-		f, err := OpenTrusted(p)
+		f, err := OpenTrusted(p, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
@@ -59,14 +60,14 @@ func TestTrustAncestors(t *testing.T) {
 	}
 	// A symlink leading through an untrusted directory is refused.
 	os.Chmod(proj, 0o777)
-	if err := CheckTrust(filepath.Join(link, "b.kbundle")); !errors.Is(err, ErrUntrusted) {
+	if err := CheckTrust(filepath.Join(link, "b.kbundle"), nil); !errors.Is(err, ErrUntrusted) {
 		t.Fatalf("symlink through a world-writable directory: %v", err)
 	}
 	os.Chmod(proj, 0o755)
 	// Loops end.
 	loop := filepath.Join(base, "loop")
 	os.Symlink("loop", loop)
-	if err := CheckTrust(loop); !errors.Is(err, unix.ELOOP) {
+	if err := CheckTrust(loop, nil); !errors.Is(err, unix.ELOOP) {
 		t.Fatalf("symlink loop: %v, want ELOOP", err)
 	}
 
@@ -79,31 +80,36 @@ func TestTrustAncestors(t *testing.T) {
 		if err := os.Lchown(other, 65534, 65534); err != nil {
 			t.Fatal(err)
 		}
-		err := CheckTrust(filepath.Join(other, "b.kbundle"))
-		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "symlink is owned by uid 65534") {
+		err := CheckTrust(filepath.Join(other, "b.kbundle"), nil)
+		if !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "symlink is owned by nobody (uid 65534), not by you") {
 			t.Fatalf("%v, want ErrUntrusted naming the symlink's owner", err)
 		}
 	})
 }
 
-// TestTrustPolicy: KBUNDLE_TRUSTED_OWNERS and KBUNDLE_TRUSTED_GROUPS are
-// the explicit opt-in for shared bundles; off by default.
+// TestTrustPolicy: the trusted owners and groups (KBUNDLE_TRUSTED_OWNERS
+// and KBUNDLE_TRUSTED_GROUPS, parsed by ParseTrust) are the explicit
+// opt-in for shared bundles; off by default (a nil policy).
 func TestTrustPolicy(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	def, err := readPolicy(env(nil))
+	var def *TrustPolicy
+	p, err := ParseTrust("4343,root", "root, 4242")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := readPolicy(env(map[string]string{"KBUNDLE_TRUSTED_OWNERS": "root, 4242", "KBUNDLE_TRUSTED_GROUPS": "4343,root"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !p.owners[4242] || !p.owners[0] || !p.groups[4343] || !p.groups[0] {
+	if !slices.Equal(p.Owners, []uint32{0, 4242}) || !slices.Equal(p.Groups, []uint32{4343, 0}) {
 		t.Fatalf("policy %+v", p)
 	}
-	if _, err := readPolicy(env(map[string]string{"KBUNDLE_TRUSTED_GROUPS": "no-such-group-kbundle"})); err == nil ||
-		!strings.Contains(err.Error(), "KBUNDLE_TRUSTED_GROUPS") {
-		t.Fatalf("unknown group: %v", err)
+	if p, err := ParseTrust("", ""); err != nil || len(p.Owners)+len(p.Groups) != 0 {
+		t.Fatalf("empty: %+v, %v", p, err)
+	}
+	for _, c := range []struct{ groups, owners, want string }{
+		{"no-such-group-kbundle", "", `KBUNDLE_TRUSTED_GROUPS: "no-such-group-kbundle" is not a known name or a number`},
+		{"", "root,no-such-user-kbundle", `KBUNDLE_TRUSTED_OWNERS: "no-such-user-kbundle" is not a known name or a number`},
+		{"99999999999", "", `KBUNDLE_TRUSTED_GROUPS: "99999999999"`},
+	} {
+		if _, err := ParseTrust(c.groups, c.owners); !errors.Is(err, ErrTrustPolicy) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseTrust(%q, %q): %v, want ErrTrustPolicy with %q", c.groups, c.owners, err, c.want)
+		}
 	}
 	me := uint32(os.Getuid())
 	other := me + 4242
@@ -160,7 +166,7 @@ func TestTrustRace(t *testing.T) {
 	stopSwapping := swapping(a, b)
 	var goodN, refused int
 	for i := 0; i < 3000; i++ {
-		f, err := OpenTrusted(filepath.Join(a, "b.kbundle"))
+		f, err := OpenTrusted(filepath.Join(a, "b.kbundle"), nil)
 		if err != nil {
 			refused++
 			continue
@@ -199,5 +205,49 @@ func swapping(a, b string) (stop func() int) {
 	return func() int {
 		end.Store(true)
 		return <-done
+	}
+}
+
+// TestTrustMessages is U9 of the 2026-12-01 usability review: the message
+// names the real mode (setgid and sticky bits included) and the owner by
+// name and uid, and gives one fix that fits who owns the object.
+func TestTrustMessages(t *testing.T) {
+	me := uint32(os.Getuid())
+	svc := uint32(4242) // a trusted owner: not you, yet accepted as owner
+	if me == svc {
+		svc = 4243
+	}
+	stranger := uint32(65534)
+	p := &TrustPolicy{Owners: []uint32{svc}}
+	for _, c := range []struct {
+		name string
+		st   unix.Stat_t
+		want string
+	}{
+		{"your group-writable setgid directory", unix.Stat_t{Uid: me, Gid: 4343, Mode: unix.S_IFDIR | unix.S_ISGID | 0o775},
+			"directory mode 2775 lets group " + groupName(4343) + " write it; run: chmod g-w /p"},
+		{"your world-writable file", unix.Stat_t{Uid: me, Mode: unix.S_IFREG | 0o646}, "file mode 0646 lets others write it; run: chmod o-w /p"},
+		{"your 0666 file", unix.Stat_t{Uid: me, Mode: unix.S_IFREG | 0o666}, "file mode 0666 lets others write it; run: chmod go-w /p"},
+		{"project directory you do not own", unix.Stat_t{Uid: svc, Gid: 4343, Mode: unix.S_IFDIR | unix.S_ISGID | 0o775},
+			"directory mode 2775 lets group " + groupName(4343) + " write it; you do not own it: use a directory of your own, " +
+				"or trust the group with KBUNDLE_TRUSTED_GROUPS=" + groupArg(4343)},
+		{"world-writable directory you do not own", unix.Stat_t{Uid: svc, Mode: unix.S_IFDIR | 0o777},
+			"directory mode 0777 lets others write it; you do not own it: use a directory of your own"},
+		{"another user's file", unix.Stat_t{Uid: stranger, Mode: unix.S_IFREG | 0o644},
+			"file is owned by " + ownerName(stranger) + ", not by you"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := p.statProblem(strings.Fields(c.want)[0], "/p", &c.st)
+			if !strings.HasPrefix(got, c.want) {
+				t.Fatalf("got  %q\nwant %q", got, c.want)
+			}
+			if strings.Contains(got, "chmod") && c.st.Uid != me {
+				t.Errorf("%q: tells to chmod what you do not own", got)
+			}
+		})
+	}
+	if got := p.statProblem("file", "/p", &unix.Stat_t{Uid: stranger, Mode: unix.S_IFREG | 0o644}); !strings.HasSuffix(got,
+		"; copy it to a directory of your own, or trust its owner with KBUNDLE_TRUSTED_OWNERS="+userArg(stranger)) {
+		t.Errorf("owner fix: %q", got)
 	}
 }

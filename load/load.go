@@ -80,6 +80,10 @@ type Plan struct {
 	// collective can be abandoned half-way.
 	Timeout   time.Duration
 	OnTimeout func(msg string)
+	// Trust adds the owners and groups the trust checks of the bundle (on
+	// rank 0) and of each Dest's parent accept besides the user and root
+	// (nil: none).
+	Trust *bundle.TrustPolicy
 	// RanksPerNode, when above 0, makes every RanksPerNode consecutive
 	// ranks one "node" instead of splitting by shared memory, with Dest
 	// suffixed ".node<k>": the multi-node path on one machine, for tests.
@@ -323,7 +327,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	k.s, k.staged = s, make(chan error, 1)
 	go func() {
 		t := time.Now()
-		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs})
+		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust})
 		if err == nil {
 			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 				st.Abort()
@@ -359,7 +363,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 		t := time.Now()
 		l.sum.Bundle = l.plan.Bundle
 		var rc *bundle.ReadCloser
-		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true})
+		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
 		if srcErr == nil {
 			defer rc.Close()
 			src = rc.Reader

@@ -33,6 +33,8 @@ type CheckOptions struct {
 	Bundle string
 	// Exclude is passed to bundle.Pack when Bundle is "".
 	Exclude []string
+	// Trust is the trust policy Bundle is opened with, as load would.
+	Trust *bundle.TrustPolicy
 	// Presets are the presets of the warm-up: their variables point the
 	// check run at the copy, their relocation is applied to it.
 	Presets []*Preset
@@ -171,7 +173,7 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 			return nil, fmt.Errorf("check: packing %s: %w", dir, err)
 		}
 	}
-	rc, err := bundle.Open(bpath, &bundle.OpenOptions{Trusted: true}) // as load opens it
+	rc, err := bundle.Open(bpath, &bundle.OpenOptions{Trusted: true, Trust: o.Trust}) // as load opens it
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}

@@ -27,7 +27,7 @@ func TestExitFor(t *testing.T) {
 		{"bundle missing", &bundleError{missing}, exitUnusable, "create it"},
 		{"bundle unreadable", &bundleError{&fs.PathError{Op: "open", Path: "b", Err: fs.ErrPermission}}, exitError, "cannot read the bundle"},
 		{"bundle damaged", &bundleError{fmt.Errorf("x: %w", bundle.ErrChecksum)}, exitUnusable, "pack it again"},
-		{"untrusted", fmt.Errorf("x: %w", bundle.ErrUntrusted), exitUnusable, "chmod go-w"},
+		{"untrusted", fmt.Errorf("x: %w", bundle.ErrUntrusted), exitUnusable, "KBUNDLE_TRUSTED_GROUPS"},
 		{"newer version", bundle.ErrVersion, exitUnusable, "upgrade"},
 		{"hostile", bundle.ErrInsecurePath, exitUnusable, "do not use it"},
 		{"extract: dest parent missing", atDest(mkdir), exitError, "destination, not the bundle"},

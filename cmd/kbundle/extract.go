@@ -57,7 +57,11 @@ func extractAction(c *cli.Context) error {
 	if c.Bool("print-env") && c.Bool("json") {
 		return cli.Exit("--print-env and --json do not go together: --json's \"env\" holds the variables", exitUsage)
 	}
-	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true})
+	trust, err := trustPolicy()
+	if err != nil {
+		return err
+	}
+	rc, err := openBundle(c, a[0], &bundle.OpenOptions{Trusted: true, Trust: trust})
 	if err != nil {
 		return err
 	}
@@ -78,7 +82,7 @@ func extractAction(c *cli.Context) error {
 	}
 	start := time.Now()
 	bar := newProgress(c, "extracting")
-	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update})
+	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust})
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))

@@ -158,6 +158,10 @@ func loadAction(c *cli.Context) error {
 	if c.Bool("print-env") && len(l.presets) == 0 {
 		return l.fail("--print-env needs --preset NAME", exitUsage)
 	}
+	trust, err := trustPolicy()
+	if err != nil {
+		return l.fail(err.Error(), exitUsage)
+	}
 	if derr != nil && !errors.Is(derr, detect.ErrInvalidMode) {
 		l.warnf("%v", derr)
 	}
@@ -173,7 +177,7 @@ func loadAction(c *cli.Context) error {
 		if det.LocalRank > 0 {
 			// Only the node's first task extracts; the others check the
 			// bundle and exit with the same status as far as they can tell.
-			_, err := broadcast.LoadBundle(world, broadcast.WithPath(path))
+			_, err := broadcast.LoadBundle(world, broadcast.WithPath(path), broadcast.WithTrust(trust))
 			if err != nil {
 				return l.fail(err.Error(), loadExitCode(err))
 			}

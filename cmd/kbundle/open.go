@@ -16,7 +16,11 @@ func openArg(c *cli.Context) (*bundle.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openBundle(c, a[0], nil)
+	trust, err := trustPolicy()
+	if err != nil {
+		return nil, err
+	}
+	return openBundle(c, a[0], &bundle.OpenOptions{Trust: trust})
 }
 
 // openBundle opens the bundle file name, warning on c's stderr when load

@@ -81,9 +81,13 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 		}
 		ct = time.Unix(n, 0)
 	}
+	trust, err := trustPolicy()
+	if err != nil {
+		return nil, err
+	}
 	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
-		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"),
+		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"), Trust: trust,
 		Preset: preset, Progress: bar.update, Host: hostinfo.Collect(), ContentTime: ct,
 	})
 	bar.done()

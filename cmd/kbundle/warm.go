@@ -146,8 +146,12 @@ func warm(c *cli.Context) error {
 // and maps its verdict to kbundle's exit status.
 func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*warmup.Preset) error {
 	warmInfo(c.App.ErrWriter, "check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
+	trust, err := trustPolicy()
+	if err != nil {
+		return err
+	}
 	res, err := warmup.Check(c.Context, &warmup.CheckOptions{
-		Dir: dir, Bundle: bundlePath, Exclude: c.StringSlice("exclude"), Presets: presets,
+		Dir: dir, Bundle: bundlePath, Exclude: c.StringSlice("exclude"), Presets: presets, Trust: trust,
 		Argv: argv, Env: os.Environ(), Stdin: os.Stdin, Stdout: c.App.Writer, Stderr: c.App.ErrWriter,
 	})
 	if res != nil {

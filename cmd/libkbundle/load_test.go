@@ -133,6 +133,18 @@ func TestRun(t *testing.T) {
 		{name: "negative timeout", nodes: []int{0},
 			req:  func(d string) request { return request{Bundle: file, Dest: d, Timeout: ptr(-1.0)} },
 			kind: kindUsage, reason: `timeout=-1`},
+		// U10: a typo in the trust settings is a usage error, not an
+		// unusable bundle (which the fallback scripts read as "run cold").
+		{name: "bad trusted groups", nodes: []int{0, 0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": "nosuchgrp-kbundle"}}
+			},
+			kind: kindUsage, reason: `KBUNDLE_TRUSTED_GROUPS: "nosuchgrp-kbundle" is not a known name`},
+		{name: "bad trusted owners", nodes: []int{0},
+			req: func(d string) request {
+				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_OWNERS": "root,nosuchuser-kbundle"}}
+			},
+			kind: kindUsage, reason: `KBUNDLE_TRUSTED_OWNERS: "nosuchuser-kbundle" is not a known name`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -75,8 +75,8 @@ func UserName() string {
 // only), BorrowNodeCPUs, and the knobs
 // $KBUNDLE_BCAST_CHUNK (ChunkSize) and, for tests,
 // $KBUNDLE_TEST_RANKS_PER_NODE (RanksPerNode: every N consecutive ranks
-// form one "node"). The error is a knob's; the plan is filled as far as
-// it goes.
+// form one "node"), and the trust policy (Trust). The error is a knob's,
+// a usage error; the plan is filled as far as it goes.
 func Plan(getenv func(string) string) (load.Plan, error) {
 	host, _ := os.Hostname()
 	p := load.Plan{Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true}
@@ -94,7 +94,20 @@ func Plan(getenv func(string) string) (load.Plan, error) {
 		}
 		p.RanksPerNode = n
 	}
+	t, err := Trust(getenv)
+	if err != nil {
+		return p, err
+	}
+	p.Trust = t
 	return p, nil
+}
+
+// Trust returns the trust policy of $KBUNDLE_TRUSTED_GROUPS and
+// $KBUNDLE_TRUSTED_OWNERS (bundle.ParseTrust). Its error, matching
+// bundle.ErrTrustPolicy, is a usage error: never "bundle unusable", which
+// a job script reads as "run cold".
+func Trust(getenv func(string) string) (*bundle.TrustPolicy, error) {
+	return bundle.ParseTrust(getenv("KBUNDLE_TRUSTED_GROUPS"), getenv("KBUNDLE_TRUSTED_OWNERS"))
 }
 
 // Reasons returns the lines of a failed load's message: one a failing
@@ -118,7 +131,8 @@ func Reasons(err error) []string {
 func BundleHint(err error) string {
 	switch {
 	case errors.Is(err, bundle.ErrUntrusted):
-		return "hint: keep bundles in a directory only you can write (chmod go-w), owned by you"
+		return "hint: kernels are code: kbundle loads only a bundle that no one but you, root and the owners and groups you trust " +
+			"(KBUNDLE_TRUSTED_OWNERS, KBUNDLE_TRUSTED_GROUPS) could have written; see docs/troubleshooting.md"
 	case errors.Is(err, bundle.ErrChecksum), errors.Is(err, bundle.ErrFormat), errors.Is(err, bundle.ErrTooLarge):
 		return "hint: the bundle is damaged or truncated; pack it again from the cache directory"
 	case errors.Is(err, bundle.ErrVersion):

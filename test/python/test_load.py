@@ -237,7 +237,7 @@ def test_destination_exists() -> None:
     [
         ("missing", ["nope.kbundle"], "kbundle warm --pack"),
         ("damaged", ["damaged.kbundle"], "damaged or truncated"),
-        ("untrusted", ["untrusted", "chmod go-w"], "chmod go-w"),
+        ("untrusted", ["untrusted", "chmod go-w"], "KBUNDLE_TRUSTED_GROUPS"),
         ("unconfigured", ["no bundle given", "KBUNDLE_CACHE_DIR"], ""),
     ],
 )

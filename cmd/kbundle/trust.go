@@ -1,0 +1,23 @@
+package main
+
+import (
+	"os"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/urfave/cli/v2"
+)
+
+// trustHint says how the trust variables are written.
+const trustHint = "hint: KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS take group and user names or numeric ids, separated by commas or spaces"
+
+// trustPolicy returns the trust policy of $KBUNDLE_TRUSTED_GROUPS and
+// $KBUNDLE_TRUSTED_OWNERS. A malformed one is a usage error (exit 2),
+// never "bundle unusable" (3), which the job scripts read as "run cold".
+func trustPolicy() (*bundle.TrustPolicy, error) {
+	p, err := loadcmd.Trust(os.Getenv)
+	if err != nil {
+		return nil, cli.Exit(err.Error()+"\nkbundle: "+trustHint, exitUsage)
+	}
+	return p, nil
+}
