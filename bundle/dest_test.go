@@ -231,3 +231,25 @@ func TestExtractDestRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestSecCheckSpaceOverflow is S6 (the 2026-12-01 review's white-box
+// test): 2^20 entries of 2^44 bytes (the format's limits, all sharing one
+// blob) declare exactly 2^64 bytes, which a plain uint64 sum wraps to 0;
+// one entry less declares 2^64 - 2^44. Both must be refused before
+// anything is written, and RawSize (what info and verify print) must not
+// wrap to a negative or zero size.
+func TestSecCheckSpaceOverflow(t *testing.T) {
+	for _, n := range []int{1 << 20, 1<<20 - 1} {
+		es := make([]Entry, n)
+		for i := range es {
+			es[i] = Entry{Size: 1 << 44}
+		}
+		r := &Reader{ix: &index{entries: es, dataLen: 1 << 44}}
+		if err := r.checkSpace(t.TempDir()); !errors.Is(err, ErrNoSpace) {
+			t.Errorf("%d entries of 2^44 bytes: checkSpace: %v, want ErrNoSpace", n, err)
+		}
+		if got := r.RawSize(); got != 1<<63-1 {
+			t.Errorf("%d entries of 2^44 bytes: RawSize %d, want math.MaxInt64", n, got)
+		}
+	}
+}

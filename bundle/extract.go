@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -334,23 +336,33 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 // the file system's blocks, one block per directory) and its entry count
 // with the free space and inodes where it is to be extracted, before
 // anything is written: a small bundle whose files share one content can
-// declare terabytes (W4).
+// declare terabytes (W4), or more than 2^64 bytes, which a plain uint64
+// sum would wrap to a small number (S6): the sum is carry-checked and a
+// total that overflows is too large for any file system.
 func (r *Reader) checkSpace(dir string) error {
 	var sf unix.Statfs_t
 	if err := unix.Statfs(dir, &sf); err != nil || sf.Bsize <= 0 {
 		return nil // cannot tell: extraction will say ENOSPC if it comes to that
 	}
 	bs := uint64(sf.Bsize)
-	var need uint64
+	hi, free := bits.Mul64(sf.Bavail, bs)
+	if hi != 0 {
+		free = math.MaxUint64
+	}
+	var need, carry uint64
 	for i := range r.ix.entries {
 		e := &r.ix.entries[i]
-		need += (uint64(e.Size) + bs - 1) / bs * bs
+		n := (uint64(e.Size) + bs - 1) / bs * bs // Size <= MaxDataLen: no overflow
 		if e.Dir {
-			need += bs
+			n = bs
+		}
+		if need, carry = bits.Add64(need, n, 0); carry != 0 {
+			return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle unpacks to more than %d bytes in %d entries (its entries share contents), more than any file system holds; it cannot be extracted",
+				uint64(math.MaxUint64), len(r.ix.entries))}
 		}
 	}
 	entries := uint64(len(r.ix.entries)) + 2 // the entries, the marker, the top directory
-	if free := sf.Bavail * bs; need > free {
+	if need > free {
 		return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle unpacks to %d bytes in %d entries, and its file system has %d bytes free; free some space or extract elsewhere",
 			need, len(r.ix.entries), free)}
 	}
