@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -251,5 +252,44 @@ func TestSecCheckSpaceOverflow(t *testing.T) {
 		if got := r.RawSize(); got != 1<<63-1 {
 			t.Errorf("%d entries of 2^44 bytes: RawSize %d, want math.MaxInt64", n, got)
 		}
+	}
+}
+
+// TestReservedMarkerName is S13: a bundle may not carry a top-level
+// InstalledMarker (as root, extraction truncated the bundle's file into
+// kbundle's marker; as a user it failed blaming the destination). Open
+// refuses it with ErrFormat naming the bundle and the entry, the Writer
+// refuses to write it, and writeMarker never reuses a file already there.
+func TestReservedMarkerName(t *testing.T) {
+	for _, dir := range []bool{false, true} {
+		data := raw.Build(64<<10, nil, []raw.File{
+			{Name: InstalledMarker, Dir: dir, Mode: 0o444, Sec: 1, Data: []byte("from the bundle\n")},
+			{Name: "k", Mode: 0o644, Sec: 1, Data: []byte("kernel")}}).Encode()
+		file := filepath.Join(t.TempDir(), "marker.kbundle")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(file, &OpenOptions{Trusted: true})
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), file+": entry \""+InstalledMarker+"\"") ||
+			!strings.Contains(err.Error(), "reserved") {
+			t.Errorf("dir=%v: Open: %v, want ErrFormat naming %s and the entry", dir, err, file)
+		}
+	}
+	w := NewWriter(io.Discard, nil)
+	if err := w.WriteFile(InstalledMarker, 0o600, time.Unix(0, 0), nil); !errors.Is(err, ErrFormat) {
+		t.Errorf("Writer: %v, want ErrFormat", err)
+	}
+
+	r := readerOf(t, vector(t, "valid-basic"))
+	dir := t.TempDir()
+	planted := filepath.Join(dir, InstalledMarker)
+	if err := os.WriteFile(planted, []byte("planted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeMarker(dir); err == nil {
+		t.Errorf("writeMarker over an existing %s succeeded", InstalledMarker)
+	}
+	if b, _ := os.ReadFile(planted); string(b) != "planted" {
+		t.Errorf("writeMarker changed the file already there: %q", b)
 	}
 }

@@ -260,14 +260,16 @@ func (s *Staged) removeCreated() {
 // deletes a directory it did not install (W5).
 const InstalledMarker = ".kbundle-installed"
 
-// writeMarker writes InstalledMarker into the staged tree.
+// writeMarker writes InstalledMarker into the staged tree. It creates the
+// file (O_EXCL): a marker already there came from somewhere else, never to
+// be reused or truncated (readers refuse a bundle holding the name, S13).
 func (r *Reader) writeMarker(dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
 	}
