@@ -293,3 +293,62 @@ func TestReservedMarkerName(t *testing.T) {
 		t.Errorf("writeMarker changed the file already there: %q", b)
 	}
 }
+
+// TestForceMarkerRules is V1: --force replaces a directory only when its
+// marker is the one kbundle writes. The review's reproducer: the victim's
+// DEST is writable by others, and another user hard-links a file of the
+// victim's (one they can read and write) into it as the marker; --force
+// then deleted the victim's results. Here the test makes the hard link
+// itself (the link count is what counts, not who made it).
+func TestForceMarkerRules(t *testing.T) {
+	r := readerOf(t, vector(t, "valid-basic"))
+	text := []byte(markerText + "0\n")
+	for _, c := range []struct {
+		name   string
+		set    func(t *testing.T, dest string) // dest holds "results/data" and a good marker
+		reason string                          // "" : replaced
+	}{
+		{"good marker", func(*testing.T, string) {}, ""},
+		{"hard link", func(t *testing.T, dest string) {
+			m := filepath.Join(dest, InstalledMarker)
+			other := filepath.Join(t.TempDir(), "vfile") // a file of the victim's, elsewhere
+			os.WriteFile(other, text, markerPerm)
+			os.Remove(m)
+			if err := os.Link(other, m); err != nil {
+				t.Fatal(err)
+			}
+		}, "2 hard links"},
+		{"dest writable by others", func(_ *testing.T, dest string) { os.Chmod(dest, 0o777) }, "mode 0777 lets others write it"},
+		{"dest writable by group", func(_ *testing.T, dest string) { os.Chmod(dest, 0o770) }, "mode 0770 lets others write it"},
+		{"marker mode", func(_ *testing.T, dest string) { os.Chmod(filepath.Join(dest, InstalledMarker), 0o644) }, "mode 0644, not 0600"},
+		{"marker text", func(_ *testing.T, dest string) {
+			os.WriteFile(filepath.Join(dest, InstalledMarker), []byte("log\n"), markerPerm)
+		}, "does not hold kbundle's text"},
+		{"marker directory", func(_ *testing.T, dest string) {
+			os.Remove(filepath.Join(dest, InstalledMarker))
+			os.Mkdir(filepath.Join(dest, InstalledMarker), 0o700)
+		}, "not a regular file"},
+		{"no marker", func(_ *testing.T, dest string) { os.Remove(filepath.Join(dest, InstalledMarker)) }, "it holds no " + InstalledMarker},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent := t.TempDir()
+			dest := filepath.Join(parent, "vd")
+			os.Mkdir(dest, 0o700)
+			os.Mkdir(filepath.Join(dest, "results"), 0o755)
+			os.WriteFile(filepath.Join(dest, "results", "data"), []byte("precious"), 0o644)
+			os.WriteFile(filepath.Join(dest, InstalledMarker), text, markerPerm)
+			c.set(t, dest)
+			_, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true})
+			_, lerr := os.Lstat(filepath.Join(dest, "results", "data"))
+			switch {
+			case c.reason == "" && (err != nil || lerr == nil):
+				t.Fatalf("%v (results still there: %v), want the tree replaced", err, lerr == nil)
+			case c.reason != "" && (!errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), c.reason)):
+				t.Fatalf("%v, want ErrDestination saying %q", err, c.reason)
+			case c.reason != "" && lerr != nil:
+				t.Fatalf("refused, but results/data is gone: %v", lerr)
+			}
+			noLeftovers(t, parent, "vd")
+		})
+	}
+}

@@ -260,6 +260,12 @@ func (s *Staged) removeCreated() {
 // deletes a directory it did not install (W5).
 const InstalledMarker = ".kbundle-installed"
 
+// The marker as writeMarker makes it: its mode, and how its text starts.
+const (
+	markerPerm = 0o600
+	markerText = "kbundle installed this tree from a bundle with digest xxh3-128:"
+)
+
 // writeMarker writes InstalledMarker into the staged tree. It creates the
 // file (O_EXCL): a marker already there came from somewhere else, never to
 // be reused or truncated (readers refuse a bundle holding the name, S13).
@@ -273,8 +279,11 @@ func (r *Reader) writeMarker(dir string) error {
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
 	}
-	_, err = fmt.Fprintf(f, "kbundle installed this tree from a bundle with digest xxh3-128:%s.\n"+
-		"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
+	err = f.Chmod(markerPerm) // whatever the umask: checkDest requires it
+	if err == nil {
+		_, err = fmt.Fprintf(f, markerText+"%s.\n"+
+			"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -325,13 +334,55 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 	if !force {
 		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it (only a tree kbundle installed; everything in it is deleted)"}
 	}
-	var mst unix.Stat_t
-	if err := unix.Fstatat(fd, InstalledMarker, &mst, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
-		mst.Mode&unix.S_IFMT != unix.S_IFREG || mst.Uid != st.Uid {
-		return refuse("kbundle did not install this directory (it holds no " + InstalledMarker +
-			"), so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination")
+	if msg := markerProblem(fd, &st); msg != "" {
+		return refuse(msg)
 	}
 	return true, nil
+}
+
+// markerProblem says why the directory open as fd (stat st, ours) is not a
+// tree kbundle installed, or returns "". Its InstalledMarker must be the
+// file writeMarker made: a regular file of the directory's owner, with one
+// link (another user can hard-link a file of ours into a directory they
+// can write, V1), mode markerPerm and kbundle's text; and the directory
+// must not be writable by group or others (kbundle makes it 0700), or
+// they could have put the marker there.
+func markerProblem(fd int, st *unix.Stat_t) string {
+	const keep = ", so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
+	if st.Mode&0o022 != 0 {
+		return fmt.Sprintf("its mode %04o lets others write it (kbundle installs a tree 0700): whoever can write it could have put an %s there%s",
+			st.Mode&0o7777, InstalledMarker, keep)
+	}
+	mfd, err := unix.Openat(fd, InstalledMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "kbundle did not install this directory (it holds no " + InstalledMarker + ")" + keep
+	}
+	mf := os.NewFile(uintptr(mfd), InstalledMarker) // owns mfd
+	defer mf.Close()
+	var mst unix.Stat_t
+	if err := unix.Fstat(mfd, &mst); err != nil {
+		return "kbundle did not install this directory (cannot stat its " + InstalledMarker + ": " + err.Error() + ")" + keep
+	}
+	why := ""
+	switch {
+	case mst.Mode&unix.S_IFMT != unix.S_IFREG:
+		why = "not a regular file"
+	case mst.Uid != st.Uid:
+		why = fmt.Sprintf("owned by uid %d%s, not by the directory's owner", mst.Uid, userName(mst.Uid))
+	case mst.Nlink != 1:
+		why = fmt.Sprintf("it has %d hard links: someone linked another file there", mst.Nlink)
+	case mst.Mode&0o7777 != markerPerm:
+		why = fmt.Sprintf("mode %04o, not %04o", mst.Mode&0o7777, markerPerm)
+	default:
+		buf := make([]byte, len(markerText))
+		if _, err := io.ReadFull(mf, buf); err != nil || string(buf) != markerText {
+			why = "it does not hold kbundle's text"
+		}
+	}
+	if why != "" {
+		return "kbundle did not install this directory (its " + InstalledMarker + " is not the one kbundle writes: " + why + ")" + keep
+	}
+	return ""
 }
 
 // checkSpace compares what the bundle unpacks to (its files rounded up to
