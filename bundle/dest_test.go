@@ -352,3 +352,75 @@ func TestForceMarkerRules(t *testing.T) {
 		})
 	}
 }
+
+// TestForceKeepsBundle is S9: --force must not replace a tree that holds
+// the bundle being extracted (after `warm --dir DEST --pack`, the bundle
+// is DEST/cache.kbundle): the only copy was deleted with the old tree.
+func TestForceKeepsBundle(t *testing.T) {
+	data := vector(t, "valid-basic")
+	for _, c := range []struct {
+		name   string
+		place  func(dest, other string) (path string) // writes the bundle, returns the path to open
+		inside bool
+	}{
+		{"in DEST", func(dest, _ string) string { return filepath.Join(dest, "cache.kbundle") }, true},
+		{"deep in DEST", func(dest, _ string) string {
+			os.MkdirAll(filepath.Join(dest, "a", "b"), 0o700)
+			return filepath.Join(dest, "a", "b", "x.kbundle")
+		}, true},
+		{"through a symlink to a directory in DEST", func(dest, other string) string {
+			os.MkdirAll(filepath.Join(dest, "a", "b"), 0o700)
+			os.Symlink(filepath.Join(dest, "a", "b"), filepath.Join(other, "l"))
+			return filepath.Join(other, "l", "x.kbundle")
+		}, true},
+		{"through a symlink to the file in DEST", func(dest, other string) string {
+			os.WriteFile(filepath.Join(dest, "x.kbundle"), data, 0o600)
+			os.Symlink(filepath.Join(dest, "x.kbundle"), filepath.Join(other, "l.kbundle"))
+			return filepath.Join(other, "l.kbundle")
+		}, true},
+		{"beside DEST", func(_, other string) string { return filepath.Join(other, "cache.kbundle") }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent, other := t.TempDir(), t.TempDir()
+			dest := filepath.Join(parent, "cd")
+			if _, err := readerOf(t, data).Extract(context.Background(), dest, nil); err != nil {
+				t.Fatal(err)
+			}
+			p := c.place(dest, other)
+			if _, err := os.Lstat(p); err != nil {
+				if err := os.WriteFile(p, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rc, err := Open(p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			_, err = rc.Extract(context.Background(), dest, &ExtractOptions{Force: true})
+			if !c.inside {
+				if err != nil {
+					t.Fatalf("bundle outside DEST: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), "holds the bundle being extracted") {
+				t.Fatalf("%v, want ErrDestination: it holds the bundle", err)
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("the bundle is gone: %v", err)
+			}
+			noLeftovers(t, parent, "cd")
+
+			// The same through a Reader that does not read the file itself
+			// (load's rank 0 stages a Stream fed from it): Keep.
+			r := readerOf(t, data)
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true, Keep: rc}); !errors.Is(err, ErrDestination) {
+				t.Fatalf("with Keep: %v, want ErrDestination", err)
+			}
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
+				t.Fatalf("in memory, without Keep: %v", err) // nothing to lose
+			}
+		})
+	}
+}

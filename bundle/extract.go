@@ -24,6 +24,11 @@ type ExtractOptions struct {
 	Force bool
 	// Jobs is the number of parallel workers; 0 means all cores.
 	Jobs int
+	// Keep is the bundle file being extracted when the Reader does not
+	// read it itself (a Stream fed from it, as on load's rank 0): Force
+	// refuses to replace a destination that holds it. A Reader opened by
+	// Open keeps its own file without it.
+	Keep *ReadCloser
 	// Progress, when set, is called with the bytes of content written so
 	// far and the total, from 0 up to total (calls may come from several
 	// goroutines, with done never decreasing).
@@ -91,6 +96,11 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	replace, err := checkDest(dest, opt.Force)
 	if err != nil {
 		return nil, err
+	}
+	if replace {
+		if err := r.checkKeep(dest, opt.Keep); err != nil {
+			return nil, err
+		}
 	}
 	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace}
 	s.created = missingAncestor(s.parent)
@@ -383,6 +393,76 @@ func markerProblem(fd int, st *unix.Stat_t) string {
 		return "kbundle did not install this directory (its " + InstalledMarker + " is not the one kbundle writes: " + why + ")" + keep
 	}
 	return ""
+}
+
+// checkKeep refuses to replace dest when the bundle file being extracted
+// (keep's, else the Reader's own) lies inside it, at any depth: Force
+// would delete the bundle with the old tree (S9), as after `warm --dir
+// DEST --pack`, whose bundle is DEST/cache.kbundle.
+func (r *Reader) checkKeep(dest string, keep *ReadCloser) error {
+	f, _ := r.r.(*os.File)
+	if keep != nil {
+		f = keep.f
+	}
+	if f == nil {
+		return nil // in memory: no file to lose
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dest, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: dest, Err: err}
+	}
+	if holds(&st, f) {
+		return &Error{File: dest, Err: ErrDestination, Msg: "it holds the bundle being extracted (" + Printable(f.Name()) +
+			"), which --force would delete with the tree; move the bundle out of it first, or choose another destination"}
+	}
+	return nil
+}
+
+// holds reports whether the directory of stat st holds the open file f at
+// any depth. It walks up by device and inode, through "..", from the
+// directory the kernel says holds f (/proc/self/fd) and from the one f was
+// opened in (its name), so that neither a symlink on the way nor a rename
+// since the open hides it. It cannot tell: false.
+func holds(st *unix.Stat_t, f *os.File) bool {
+	var dirs []string
+	if rc, err := f.SyscallConn(); err == nil { // not f.Fd(): it would make f blocking
+		rc.Control(func(fd uintptr) {
+			if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd))); err == nil && filepath.IsAbs(p) {
+				dirs = append(dirs, filepath.Dir(p)) // a deleted file's "p (deleted)" leads nowhere inside
+			}
+		})
+	}
+	if abs, err := filepath.Abs(f.Name()); err == nil {
+		dirs = append(dirs, filepath.Dir(abs))
+	}
+	for _, d := range dirs {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		for {
+			var cur unix.Stat_t
+			if unix.Fstat(fd, &cur) != nil {
+				break
+			}
+			if cur.Dev == st.Dev && cur.Ino == st.Ino {
+				unix.Close(fd)
+				return true
+			}
+			up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			var ust unix.Stat_t
+			if err != nil || unix.Fstat(up, &ust) != nil || (ust.Dev == cur.Dev && ust.Ino == cur.Ino) {
+				if err == nil {
+					unix.Close(up)
+				}
+				break // the root, or cannot go up
+			}
+			unix.Close(fd)
+			fd = up
+		}
+		unix.Close(fd)
+	}
+	return false
 }
 
 // checkSpace compares what the bundle unpacks to (its files rounded up to
