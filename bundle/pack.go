@@ -210,6 +210,11 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := tmp.Close(); err != nil {
 		return nil, err
 	}
+	// Last chance to stop: cancelled before the rename, the old bundle
+	// stays and the temporary goes; after it, Pack has succeeded (S8).
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return nil, err
 	}
@@ -521,7 +526,7 @@ func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, op
 	for range jobs {
 		go func() {
 			for i := range todo {
-				results[i] <- readOne(rootFD, order[i])
+				results[i] <- readOne(ctx, rootFD, order[i])
 			}
 		}()
 	}
@@ -554,7 +559,7 @@ func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, op
 		if r.data != nil || f.size == 0 {
 			err = w.writeFile(f.rel, f.mode, f.mtime, r.data, r.digest)
 		} else {
-			err = copyFile(w, rootFD, f, r.digest)
+			err = copyFile(ctx, w, rootFD, f, r.digest)
 		}
 		if err != nil {
 			return err
@@ -607,7 +612,21 @@ func changed(f packFile, err error) error {
 	return &Error{Entry: f.rel, Err: err, Msg: "cannot open"}
 }
 
-func readOne(rootFD int, f packFile) readResult {
+// ctxReader reads from r until ctx is cancelled: a big file's copy stops
+// within one read of a signal, not when the file is done (S8).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func readOne(ctx context.Context, rootFD int, f packFile) readResult {
 	fh, err := openAt(rootFD, f)
 	if err != nil {
 		return readResult{err: err}
@@ -615,7 +634,7 @@ func readOne(rootFD int, f packFile) readResult {
 	defer fh.Close()
 	if f.size > bigFile {
 		h := newHasher()
-		if _, err := io.Copy(h, fh); err != nil {
+		if _, err := io.Copy(h, ctxReader{ctx, fh}); err != nil {
 			return readResult{err: err}
 		}
 		return readResult{digest: hasherDigest(h)}
@@ -631,11 +650,15 @@ func readOne(rootFD int, f packFile) readResult {
 	return readResult{data: data[:n], digest: sum(data[:n])}
 }
 
-func copyFile(w *Writer, rootFD int, f packFile, d Digest) error {
+func copyFile(ctx context.Context, w *Writer, rootFD int, f packFile, d Digest) error {
 	fh, err := openAt(rootFD, f)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	return w.CopyFile(f.rel, f.mode, f.mtime, f.size, d, fh)
+	err = w.CopyFile(f.rel, f.mode, f.mtime, f.size, d, ctxReader{ctx, fh})
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err() // stopped, not a file that changed
+	}
+	return err
 }
