@@ -49,6 +49,13 @@ type PackResult struct {
 	// the directory)", "socket s", ... (names through Printable, as in
 	// Copied and Writable)
 	Skipped []string
+	// LeftOut lists kbundle's own files found in the tree and not packed,
+	// with why: bundles (named *.kbundle, or starting with the kbundle
+	// magic), kbundle's temporary files and trees (names holding
+	// ".kbundle-tmp-") and the job scripts' lock files (*.kbundle.lock),
+	// as "a/x.kbundle (a bundle)" (names through Printable). A bundle
+	// inside a bundle is never what a cache needs (U5).
+	LeftOut []string
 	// Copied lists the symlinks stored as copies of the regular file they
 	// point to inside the directory ("a/libz.so -> libz.so.1"); identical
 	// contents are stored once, so a copy costs one index entry.
@@ -293,6 +300,10 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		if excluded(r, t.exclude) {
 			continue
 		}
+		if why := kbundleFile(fd, name, &st); why != "" {
+			t.res.LeftOut = append(t.res.LeftOut, Printable(r)+" ("+why+")")
+			continue
+		}
 		if err := checkName(r); err != nil {
 			return inFile(err, abs)
 		}
@@ -340,6 +351,33 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		}
 	}
 	return nil
+}
+
+// kbundleFile says why the entry name of the directory open as fd (stat
+// st) is one of kbundle's own files, never packed, or returns "".
+func kbundleFile(fd int, name string, st *unix.Stat_t) string {
+	switch {
+	case strings.Contains(name, tempTag):
+		return "a temporary of kbundle's"
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return ""
+	case strings.HasSuffix(name, ".kbundle"):
+		return "a bundle"
+	case strings.HasSuffix(name, ".kbundle.lock"):
+		return "a lock file of kbundle's job scripts"
+	case st.Size < headerSize+trailerSize:
+		return ""
+	}
+	f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "" // the read will say why, if it comes to that
+	}
+	defer unix.Close(f)
+	var m [8]byte
+	if n, err := unix.Pread(f, m[:], 0); err == nil && n == len(m) && m == magic {
+		return "a bundle"
+	}
+	return ""
 }
 
 // note records the newest mtime and whether someone else could have
