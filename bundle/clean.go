@@ -3,6 +3,7 @@ package bundle
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,14 +27,14 @@ func RemoveInstalled(dest string) (removed bool, err error) {
 	}
 	replace, err := checkDest(dest, true)
 	var e *Error
-	if errors.As(err, &e) && e.Msg == notInstalledMsg {
-		e.Msg = notInstalledClean
+	if errors.As(err, &e) && strings.HasSuffix(e.Msg, forceKeeps) {
+		e.Msg = strings.TrimSuffix(e.Msg, forceKeeps) + cleanKeeps
 	}
 	if err != nil {
 		return false, err
 	}
 	if !replace {
-		return false, &Error{File: dest, Err: ErrDestination, Msg: notInstalledClean}
+		return false, &Error{File: dest, Err: ErrDestination, Msg: "kbundle did not install this directory (it holds no " + InstalledMarker + ")" + cleanKeeps}
 	}
 	if err := removeTree(dest); err != nil {
 		return false, err
@@ -41,7 +42,6 @@ func RemoveInstalled(dest string) (removed bool, err error) {
 	return true, syncDir(filepath.Dir(dest))
 }
 
-// notInstalledClean is RemoveInstalled's refusal of a directory without
-// the marker: it never deletes what kbundle did not install.
-const notInstalledClean = "kbundle did not install this directory (it holds no " + InstalledMarker +
-	"), so kbundle clean leaves it as it is"
+// cleanKeeps ends RemoveInstalled's refusals: it never deletes what
+// kbundle did not install.
+const cleanKeeps = ", so kbundle clean leaves it as it is"

@@ -259,7 +259,7 @@ func installedBefore(t testing.TB, dest string, perm fs.FileMode) {
 	if err := os.WriteFile(filepath.Join(dest, "old"), []byte("old"), perm&^0o111); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dest, InstalledMarker), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dest, InstalledMarker), []byte(markerText+"0\n"), markerPerm); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -230,4 +231,196 @@ func TestExtractDestRefusals(t *testing.T) {
 			t.Fatalf("symlinked marker: %v", err)
 		}
 	})
+}
+
+// TestSecCheckSpaceOverflow is S6 (the 2026-12-01 review's white-box
+// test): 2^20 entries of 2^44 bytes (the format's limits, all sharing one
+// blob) declare exactly 2^64 bytes, which a plain uint64 sum wraps to 0;
+// one entry less declares 2^64 - 2^44. Both must be refused before
+// anything is written, and RawSize (what info and verify print) must not
+// wrap to a negative or zero size.
+func TestSecCheckSpaceOverflow(t *testing.T) {
+	for _, n := range []int{1 << 20, 1<<20 - 1} {
+		es := make([]Entry, n)
+		for i := range es {
+			es[i] = Entry{Size: 1 << 44}
+		}
+		r := &Reader{ix: &index{entries: es, dataLen: 1 << 44}}
+		if err := r.checkSpace(t.TempDir()); !errors.Is(err, ErrNoSpace) {
+			t.Errorf("%d entries of 2^44 bytes: checkSpace: %v, want ErrNoSpace", n, err)
+		}
+		if got := r.RawSize(); got != 1<<63-1 {
+			t.Errorf("%d entries of 2^44 bytes: RawSize %d, want math.MaxInt64", n, got)
+		}
+	}
+}
+
+// TestReservedMarkerName is S13: a bundle may not carry a top-level
+// InstalledMarker (as root, extraction truncated the bundle's file into
+// kbundle's marker; as a user it failed blaming the destination). Open
+// refuses it with ErrFormat naming the bundle and the entry, the Writer
+// refuses to write it, and writeMarker never reuses a file already there.
+func TestReservedMarkerName(t *testing.T) {
+	for _, dir := range []bool{false, true} {
+		data := raw.Build(64<<10, nil, []raw.File{
+			{Name: InstalledMarker, Dir: dir, Mode: 0o444, Sec: 1, Data: []byte("from the bundle\n")},
+			{Name: "k", Mode: 0o644, Sec: 1, Data: []byte("kernel")}}).Encode()
+		file := filepath.Join(t.TempDir(), "marker.kbundle")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(file, &OpenOptions{Trusted: true})
+		if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), file+": entry \""+InstalledMarker+"\"") ||
+			!strings.Contains(err.Error(), "reserved") {
+			t.Errorf("dir=%v: Open: %v, want ErrFormat naming %s and the entry", dir, err, file)
+		}
+	}
+	w := NewWriter(io.Discard, nil)
+	if err := w.WriteFile(InstalledMarker, 0o600, time.Unix(0, 0), nil); !errors.Is(err, ErrFormat) {
+		t.Errorf("Writer: %v, want ErrFormat", err)
+	}
+
+	r := readerOf(t, vector(t, "valid-basic"))
+	dir := t.TempDir()
+	planted := filepath.Join(dir, InstalledMarker)
+	if err := os.WriteFile(planted, []byte("planted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.writeMarker(dir); err == nil {
+		t.Errorf("writeMarker over an existing %s succeeded", InstalledMarker)
+	}
+	if b, _ := os.ReadFile(planted); string(b) != "planted" {
+		t.Errorf("writeMarker changed the file already there: %q", b)
+	}
+}
+
+// TestForceMarkerRules is V1: --force replaces a directory only when its
+// marker is the one kbundle writes. The review's reproducer: the victim's
+// DEST is writable by others, and another user hard-links a file of the
+// victim's (one they can read and write) into it as the marker; --force
+// then deleted the victim's results. Here the test makes the hard link
+// itself (the link count is what counts, not who made it).
+func TestForceMarkerRules(t *testing.T) {
+	r := readerOf(t, vector(t, "valid-basic"))
+	text := []byte(markerText + "0\n")
+	for _, c := range []struct {
+		name   string
+		set    func(t *testing.T, dest string) // dest holds "results/data" and a good marker
+		reason string                          // "" : replaced
+	}{
+		{"good marker", func(*testing.T, string) {}, ""},
+		{"hard link", func(t *testing.T, dest string) {
+			m := filepath.Join(dest, InstalledMarker)
+			other := filepath.Join(t.TempDir(), "vfile") // a file of the victim's, elsewhere
+			os.WriteFile(other, text, markerPerm)
+			os.Remove(m)
+			if err := os.Link(other, m); err != nil {
+				t.Fatal(err)
+			}
+		}, "2 hard links"},
+		{"dest writable by others", func(_ *testing.T, dest string) { os.Chmod(dest, 0o777) }, "mode 0777 lets others write it"},
+		{"dest writable by group", func(_ *testing.T, dest string) { os.Chmod(dest, 0o770) }, "mode 0770 lets others write it"},
+		{"marker mode", func(_ *testing.T, dest string) { os.Chmod(filepath.Join(dest, InstalledMarker), 0o644) }, "mode 0644, not 0600"},
+		{"marker text", func(_ *testing.T, dest string) {
+			os.WriteFile(filepath.Join(dest, InstalledMarker), []byte("log\n"), markerPerm)
+		}, "does not hold kbundle's text"},
+		{"marker directory", func(_ *testing.T, dest string) {
+			os.Remove(filepath.Join(dest, InstalledMarker))
+			os.Mkdir(filepath.Join(dest, InstalledMarker), 0o700)
+		}, "not a regular file"},
+		{"no marker", func(_ *testing.T, dest string) { os.Remove(filepath.Join(dest, InstalledMarker)) }, "it holds no " + InstalledMarker},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent := t.TempDir()
+			dest := filepath.Join(parent, "vd")
+			os.Mkdir(dest, 0o700)
+			os.Mkdir(filepath.Join(dest, "results"), 0o755)
+			os.WriteFile(filepath.Join(dest, "results", "data"), []byte("precious"), 0o644)
+			os.WriteFile(filepath.Join(dest, InstalledMarker), text, markerPerm)
+			c.set(t, dest)
+			_, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true})
+			_, lerr := os.Lstat(filepath.Join(dest, "results", "data"))
+			switch {
+			case c.reason == "" && (err != nil || lerr == nil):
+				t.Fatalf("%v (results still there: %v), want the tree replaced", err, lerr == nil)
+			case c.reason != "" && (!errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), c.reason)):
+				t.Fatalf("%v, want ErrDestination saying %q", err, c.reason)
+			case c.reason != "" && lerr != nil:
+				t.Fatalf("refused, but results/data is gone: %v", lerr)
+			}
+			noLeftovers(t, parent, "vd")
+		})
+	}
+}
+
+// TestForceKeepsBundle is S9: --force must not replace a tree that holds
+// the bundle being extracted (after `warm --dir DEST --pack`, the bundle
+// is DEST/cache.kbundle): the only copy was deleted with the old tree.
+func TestForceKeepsBundle(t *testing.T) {
+	data := vector(t, "valid-basic")
+	for _, c := range []struct {
+		name   string
+		place  func(dest, other string) (path string) // writes the bundle, returns the path to open
+		inside bool
+	}{
+		{"in DEST", func(dest, _ string) string { return filepath.Join(dest, "cache.kbundle") }, true},
+		{"deep in DEST", func(dest, _ string) string {
+			os.MkdirAll(filepath.Join(dest, "a", "b"), 0o700)
+			return filepath.Join(dest, "a", "b", "x.kbundle")
+		}, true},
+		{"through a symlink to a directory in DEST", func(dest, other string) string {
+			os.MkdirAll(filepath.Join(dest, "a", "b"), 0o700)
+			os.Symlink(filepath.Join(dest, "a", "b"), filepath.Join(other, "l"))
+			return filepath.Join(other, "l", "x.kbundle")
+		}, true},
+		{"through a symlink to the file in DEST", func(dest, other string) string {
+			os.WriteFile(filepath.Join(dest, "x.kbundle"), data, 0o600)
+			os.Symlink(filepath.Join(dest, "x.kbundle"), filepath.Join(other, "l.kbundle"))
+			return filepath.Join(other, "l.kbundle")
+		}, true},
+		{"beside DEST", func(_, other string) string { return filepath.Join(other, "cache.kbundle") }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent, other := t.TempDir(), t.TempDir()
+			dest := filepath.Join(parent, "cd")
+			if _, err := readerOf(t, data).Extract(context.Background(), dest, nil); err != nil {
+				t.Fatal(err)
+			}
+			p := c.place(dest, other)
+			if _, err := os.Lstat(p); err != nil {
+				if err := os.WriteFile(p, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rc, err := Open(p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rc.Close()
+			_, err = rc.Extract(context.Background(), dest, &ExtractOptions{Force: true})
+			if !c.inside {
+				if err != nil {
+					t.Fatalf("bundle outside DEST: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), "holds the bundle being extracted") {
+				t.Fatalf("%v, want ErrDestination: it holds the bundle", err)
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("the bundle is gone: %v", err)
+			}
+			noLeftovers(t, parent, "cd")
+
+			// The same through a Reader that does not read the file itself
+			// (load's rank 0 stages a Stream fed from it): Keep.
+			r := readerOf(t, data)
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true, Keep: rc}); !errors.Is(err, ErrDestination) {
+				t.Fatalf("with Keep: %v, want ErrDestination", err)
+			}
+			if _, err := r.Extract(context.Background(), dest, &ExtractOptions{Force: true}); err != nil {
+				t.Fatalf("in memory, without Keep: %v", err) // nothing to lose
+			}
+		})
+	}
 }

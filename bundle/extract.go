@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +24,11 @@ type ExtractOptions struct {
 	Force bool
 	// Jobs is the number of parallel workers; 0 means all cores.
 	Jobs int
+	// Keep is the bundle file being extracted when the Reader does not
+	// read it itself (a Stream fed from it, as on load's rank 0): Force
+	// refuses to replace a destination that holds it. A Reader opened by
+	// Open keeps its own file without it.
+	Keep *ReadCloser
 	// Progress, when set, is called with the bytes of content written so
 	// far and the total, from 0 up to total (calls may come from several
 	// goroutines, with done never decreasing).
@@ -92,6 +99,11 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	replace, err := checkDest(dest, opt.Force)
 	if err != nil {
 		return nil, err
+	}
+	if replace {
+		if err := r.checkKeep(dest, opt.Keep); err != nil {
+			return nil, err
+		}
 	}
 	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace}
 	s.created = missingAncestor(s.parent)
@@ -261,19 +273,30 @@ func (s *Staged) removeCreated() {
 // deletes a directory it did not install (W5).
 const InstalledMarker = ".kbundle-installed"
 
-// writeMarker writes InstalledMarker into the staged tree.
+// The marker as writeMarker makes it: its mode, and how its text starts.
+const (
+	markerPerm = 0o600
+	markerText = "kbundle installed this tree from a bundle with digest xxh3-128:"
+)
+
+// writeMarker writes InstalledMarker into the staged tree. It creates the
+// file (O_EXCL): a marker already there came from somewhere else, never to
+// be reused or truncated (readers refuse a bundle holding the name, S13).
 func (r *Reader) writeMarker(dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
 	}
-	_, err = fmt.Fprintf(f, "kbundle installed this tree from a bundle with digest xxh3-128:%s.\n"+
-		"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
+	err = f.Chmod(markerPerm) // whatever the umask: checkDest requires it
+	if err == nil {
+		_, err = fmt.Fprintf(f, markerText+"%s.\n"+
+			"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -324,40 +347,161 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 	if !force {
 		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it (only a tree kbundle installed; everything in it is deleted)"}
 	}
-	var mst unix.Stat_t
-	if err := unix.Fstatat(fd, InstalledMarker, &mst, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
-		mst.Mode&unix.S_IFMT != unix.S_IFREG || mst.Uid != st.Uid {
-		return refuse(notInstalledMsg)
+	if msg := markerProblem(fd, &st); msg != "" {
+		return refuse(msg)
 	}
 	return true, nil
 }
 
-// notInstalledMsg is checkDest's refusal of a non-empty directory without
-// InstalledMarker.
-const notInstalledMsg = "kbundle did not install this directory (it holds no " + InstalledMarker +
-	"), so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
+// forceKeeps ends every refusal of markerProblem: what --force does not
+// do, and what to do instead (RemoveInstalled says it in its own words).
+const forceKeeps = ", so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
+
+// markerProblem says why the directory open as fd (stat st, ours) is not a
+// tree kbundle installed, or returns "". Its InstalledMarker must be the
+// file writeMarker made: a regular file of the directory's owner, with one
+// link (another user can hard-link a file of ours into a directory they
+// can write, V1), mode markerPerm and kbundle's text; and the directory
+// must not be writable by group or others (kbundle makes it 0700), or
+// they could have put the marker there.
+func markerProblem(fd int, st *unix.Stat_t) string {
+	if st.Mode&0o022 != 0 {
+		return fmt.Sprintf("its mode %04o lets others write it (kbundle installs a tree 0700): whoever can write it could have put an %s there%s",
+			st.Mode&0o7777, InstalledMarker, forceKeeps)
+	}
+	mfd, err := unix.Openat(fd, InstalledMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "kbundle did not install this directory (it holds no " + InstalledMarker + ")" + forceKeeps
+	}
+	mf := os.NewFile(uintptr(mfd), InstalledMarker) // owns mfd
+	defer mf.Close()
+	var mst unix.Stat_t
+	if err := unix.Fstat(mfd, &mst); err != nil {
+		return "kbundle did not install this directory (cannot stat its " + InstalledMarker + ": " + err.Error() + ")" + forceKeeps
+	}
+	why := ""
+	switch {
+	case mst.Mode&unix.S_IFMT != unix.S_IFREG:
+		why = "not a regular file"
+	case mst.Uid != st.Uid:
+		why = fmt.Sprintf("owned by uid %d%s, not by the directory's owner", mst.Uid, userName(mst.Uid))
+	case mst.Nlink != 1:
+		why = fmt.Sprintf("it has %d hard links: someone linked another file there", mst.Nlink)
+	case mst.Mode&0o7777 != markerPerm:
+		why = fmt.Sprintf("mode %04o, not %04o", mst.Mode&0o7777, markerPerm)
+	default:
+		buf := make([]byte, len(markerText))
+		if _, err := io.ReadFull(mf, buf); err != nil || string(buf) != markerText {
+			why = "it does not hold kbundle's text"
+		}
+	}
+	if why != "" {
+		return "kbundle did not install this directory (its " + InstalledMarker + " is not the one kbundle writes: " + why + ")" + forceKeeps
+	}
+	return ""
+}
+
+// checkKeep refuses to replace dest when the bundle file being extracted
+// (keep's, else the Reader's own) lies inside it, at any depth: Force
+// would delete the bundle with the old tree (S9), as after `warm --dir
+// DEST --pack`, whose bundle is DEST/cache.kbundle.
+func (r *Reader) checkKeep(dest string, keep *ReadCloser) error {
+	f, _ := r.r.(*os.File)
+	if keep != nil {
+		f = keep.f
+	}
+	if f == nil {
+		return nil // in memory: no file to lose
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dest, &st); err != nil {
+		return &os.PathError{Op: "lstat", Path: dest, Err: err}
+	}
+	if holds(&st, f) {
+		return &Error{File: dest, Err: ErrDestination, Msg: "it holds the bundle being extracted (" + Printable(f.Name()) +
+			"), which --force would delete with the tree; move the bundle out of it first, or choose another destination"}
+	}
+	return nil
+}
+
+// holds reports whether the directory of stat st holds the open file f at
+// any depth. It walks up by device and inode, through "..", from the
+// directory the kernel says holds f (/proc/self/fd) and from the one f was
+// opened in (its name), so that neither a symlink on the way nor a rename
+// since the open hides it. It cannot tell: false.
+func holds(st *unix.Stat_t, f *os.File) bool {
+	var dirs []string
+	if rc, err := f.SyscallConn(); err == nil { // not f.Fd(): it would make f blocking
+		rc.Control(func(fd uintptr) {
+			if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(fd))); err == nil && filepath.IsAbs(p) {
+				dirs = append(dirs, filepath.Dir(p)) // a deleted file's "p (deleted)" leads nowhere inside
+			}
+		})
+	}
+	if abs, err := filepath.Abs(f.Name()); err == nil {
+		dirs = append(dirs, filepath.Dir(abs))
+	}
+	for _, d := range dirs {
+		fd, err := unix.Open(d, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		for {
+			var cur unix.Stat_t
+			if unix.Fstat(fd, &cur) != nil {
+				break
+			}
+			if cur.Dev == st.Dev && cur.Ino == st.Ino {
+				unix.Close(fd)
+				return true
+			}
+			up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			var ust unix.Stat_t
+			if err != nil || unix.Fstat(up, &ust) != nil || (ust.Dev == cur.Dev && ust.Ino == cur.Ino) {
+				if err == nil {
+					unix.Close(up)
+				}
+				break // the root, or cannot go up
+			}
+			unix.Close(fd)
+			fd = up
+		}
+		unix.Close(fd)
+	}
+	return false
+}
 
 // checkSpace compares what the bundle unpacks to (its files rounded up to
 // the file system's blocks, one block per directory) and its entry count
 // with the free space and inodes where it is to be extracted, before
 // anything is written: a small bundle whose files share one content can
-// declare terabytes (W4).
+// declare terabytes (W4), or more than 2^64 bytes, which a plain uint64
+// sum would wrap to a small number (S6): the sum is carry-checked and a
+// total that overflows is too large for any file system.
 func (r *Reader) checkSpace(dir string) error {
 	var sf unix.Statfs_t
 	if err := unix.Statfs(dir, &sf); err != nil || sf.Bsize <= 0 {
 		return nil // cannot tell: extraction will say ENOSPC if it comes to that
 	}
 	bs := uint64(sf.Bsize)
-	var need uint64
+	hi, free := bits.Mul64(sf.Bavail, bs)
+	if hi != 0 {
+		free = math.MaxUint64
+	}
+	var need, carry uint64
 	for i := range r.ix.entries {
 		e := &r.ix.entries[i]
-		need += (uint64(e.Size) + bs - 1) / bs * bs
+		n := (uint64(e.Size) + bs - 1) / bs * bs // Size <= MaxDataLen: no overflow
 		if e.Dir {
-			need += bs
+			n = bs
+		}
+		if need, carry = bits.Add64(need, n, 0); carry != 0 {
+			return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle unpacks to more than %d bytes in %d entries (its entries share contents), more than any file system holds; it cannot be extracted",
+				uint64(math.MaxUint64), len(r.ix.entries))}
 		}
 	}
 	entries := uint64(len(r.ix.entries)) + 2 // the entries, the marker, the top directory
-	if free := sf.Bavail * bs; need > free {
+	if need > free {
 		return &Error{File: dir, Err: ErrNoSpace, Msg: fmt.Sprintf("the bundle unpacks to %d bytes in %d entries, and its file system has %d bytes free; free some space or extract elsewhere",
 			need, len(r.ix.entries), free)}
 	}

@@ -104,6 +104,10 @@ type Entry struct {
 // checkName enforces the Names rules of docs/FORMAT.md.
 func checkName(name string) error {
 	switch {
+	case name == InstalledMarker:
+		// Extraction writes the marker itself; a bundle's own would be
+		// truncated into it (root) or stop the extraction (S13).
+		return errf(ErrFormat, "the top-level name %s is reserved for kbundle's install marker", InstalledMarker)
 	case name == "" || name == ".":
 		return errf(ErrInsecurePath, "empty name")
 	case len(name) > MaxNameLen:

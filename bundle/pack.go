@@ -52,6 +52,13 @@ type PackResult struct {
 	// the directory)", "socket s", ... (names through Printable, as in
 	// Copied and Writable)
 	Skipped []string
+	// LeftOut lists kbundle's own files found in the tree and not packed,
+	// with why: bundles (named *.kbundle, or starting with the kbundle
+	// magic), kbundle's temporary files and trees (names holding
+	// ".kbundle-tmp-") and the job scripts' lock files (*.kbundle.lock),
+	// as "a/x.kbundle (a bundle)" (names through Printable). A bundle
+	// inside a bundle is never what a cache needs (U5).
+	LeftOut []string
 	// Copied lists the symlinks stored as copies of the regular file they
 	// point to inside the directory ("a/libz.so -> libz.so.1"); identical
 	// contents are stored once, so a copy costs one index entry.
@@ -210,6 +217,11 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := tmp.Close(); err != nil {
 		return nil, err
 	}
+	// Last chance to stop: cancelled before the rename, the old bundle
+	// stays and the temporary goes; after it, Pack has succeeded (S8).
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return nil, err
 	}
@@ -288,6 +300,10 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		if excluded(r, t.exclude) {
 			continue
 		}
+		if why := kbundleFile(fd, name, &st); why != "" {
+			t.res.LeftOut = append(t.res.LeftOut, Printable(r)+" ("+why+")")
+			continue
+		}
 		if err := checkName(r); err != nil {
 			return inFile(err, abs)
 		}
@@ -335,6 +351,33 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		}
 	}
 	return nil
+}
+
+// kbundleFile says why the entry name of the directory open as fd (stat
+// st) is one of kbundle's own files, never packed, or returns "".
+func kbundleFile(fd int, name string, st *unix.Stat_t) string {
+	switch {
+	case strings.Contains(name, tempTag):
+		return "a temporary of kbundle's"
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return ""
+	case strings.HasSuffix(name, ".kbundle"):
+		return "a bundle"
+	case strings.HasSuffix(name, ".kbundle.lock"):
+		return "a lock file of kbundle's job scripts"
+	case st.Size < headerSize+trailerSize:
+		return ""
+	}
+	f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "" // the read will say why, if it comes to that
+	}
+	defer unix.Close(f)
+	var m [8]byte
+	if n, err := unix.Pread(f, m[:], 0); err == nil && n == len(m) && m == magic {
+		return "a bundle"
+	}
+	return ""
 }
 
 // note records the newest mtime and whether someone else could have
@@ -521,7 +564,7 @@ func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, op
 	for range jobs {
 		go func() {
 			for i := range todo {
-				results[i] <- readOne(rootFD, order[i])
+				results[i] <- readOne(ctx, rootFD, order[i])
 			}
 		}()
 	}
@@ -554,7 +597,7 @@ func writeFiles(ctx context.Context, w *Writer, rootFD int, files []packFile, op
 		if r.data != nil || f.size == 0 {
 			err = w.writeFile(f.rel, f.mode, f.mtime, r.data, r.digest)
 		} else {
-			err = copyFile(w, rootFD, f, r.digest)
+			err = copyFile(ctx, w, rootFD, f, r.digest)
 		}
 		if err != nil {
 			return err
@@ -607,7 +650,21 @@ func changed(f packFile, err error) error {
 	return &Error{Entry: f.rel, Err: err, Msg: "cannot open"}
 }
 
-func readOne(rootFD int, f packFile) readResult {
+// ctxReader reads from r until ctx is cancelled: a big file's copy stops
+// within one read of a signal, not when the file is done (S8).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func readOne(ctx context.Context, rootFD int, f packFile) readResult {
 	fh, err := openAt(rootFD, f)
 	if err != nil {
 		return readResult{err: err}
@@ -615,7 +672,7 @@ func readOne(rootFD int, f packFile) readResult {
 	defer fh.Close()
 	if f.size > bigFile {
 		h := newHasher()
-		if _, err := io.Copy(h, fh); err != nil {
+		if _, err := io.Copy(h, ctxReader{ctx, fh}); err != nil {
 			return readResult{err: err}
 		}
 		return readResult{digest: hasherDigest(h)}
@@ -631,11 +688,15 @@ func readOne(rootFD int, f packFile) readResult {
 	return readResult{data: data[:n], digest: sum(data[:n])}
 }
 
-func copyFile(w *Writer, rootFD int, f packFile, d Digest) error {
+func copyFile(ctx context.Context, w *Writer, rootFD int, f packFile, d Digest) error {
 	fh, err := openAt(rootFD, f)
 	if err != nil {
 		return err
 	}
 	defer fh.Close()
-	return w.CopyFile(f.rel, f.mode, f.mtime, f.size, d, fh)
+	err = w.CopyFile(f.rel, f.mode, f.mtime, f.size, d, ctxReader{ctx, fh})
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err() // stopped, not a file that changed
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -193,5 +194,59 @@ func TestJobsBounded(t *testing.T) {
 	defer rc.Close()
 	if _, err := rc.Extract(context.Background(), filepath.Join(t.TempDir(), "d"), &ExtractOptions{Jobs: 1 << 59}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cancelAfter is a context whose Err reports cancellation from its
+// (after+1)th call on: Pack cancelled at an exact point of its work.
+type cancelAfter struct {
+	context.Context
+	calls atomic.Int64
+	after int64
+}
+
+func (c *cancelAfter) Err() error {
+	if c.calls.Add(1) > c.after {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestPackCancelledKeepsOld is S8: a pack cancelled (SIGTERM) while it
+// copied a big file went on to the end, replaced the existing bundle, and
+// the CLI then said "stopped". Cancelled at any point before the rename,
+// Pack fails with context.Canceled, the old bundle is unchanged and no
+// temporary is left; only a Pack that was not cancelled replaces it.
+func TestPackCancelledKeepsOld(t *testing.T) {
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "big"), bytes.Repeat([]byte("kernel\n"), (bigFile+(1<<20))/7), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outDir := t.TempDir()
+	out := filepath.Join(outDir, "old.kbundle")
+	old := []byte("the old bundle")
+	opt := &PackOptions{Jobs: 1, SegmentSize: MinSegmentSize, Host: fixedHost}
+	count := &cancelAfter{Context: context.Background(), after: 1 << 62}
+	if _, err := Pack(count, src, filepath.Join(t.TempDir(), "dry.kbundle"), opt); err != nil {
+		t.Fatal(err)
+	}
+	total := count.calls.Load() // checks of the context in a whole pack
+	if total < 3 {
+		t.Fatalf("Pack checks its context %d times: not inside the copy of a big file", total)
+	}
+	for _, after := range []int64{0, 1, 2, total / 2, total - 1} {
+		t.Run(fmt.Sprintf("cancelled after %d of %d checks", after, total), func(t *testing.T) {
+			if err := os.WriteFile(out, old, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Pack(&cancelAfter{Context: context.Background(), after: after}, src, out, opt)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Pack: %v, want context.Canceled", err)
+			}
+			if b, _ := os.ReadFile(out); !bytes.Equal(b, old) {
+				t.Fatalf("the old bundle was replaced (%d bytes)", len(b))
+			}
+			noLeftovers(t, outDir, "old.kbundle")
+		})
 	}
 }

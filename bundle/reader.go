@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
+	"math/bits"
 	"os"
 	"path"
 	"slices"
@@ -227,13 +229,20 @@ func (r *Reader) Size() int64 { return r.size }
 // content once).
 func (r *Reader) DataSize() int64 { return r.ix.dataLen }
 
-// RawSize is the total size of all regular files, duplicates included.
+// RawSize is the total size of all regular files, duplicates included,
+// or math.MaxInt64 when that does not fit in an int64: entries may share
+// one content, so a small bundle can declare more than 2^63 bytes (S6).
+// It is never negative.
 func (r *Reader) RawSize() int64 {
-	var n int64
+	var n uint64
 	for i := range r.ix.entries {
-		n += r.ix.entries[i].Size
+		var carry uint64
+		n, carry = bits.Add64(n, uint64(r.ix.entries[i].Size), 0)
+		if carry != 0 || n > math.MaxInt64 {
+			return math.MaxInt64
+		}
 	}
-	return n
+	return int64(n)
 }
 
 // Segments is the number of compressed segments.

@@ -298,6 +298,7 @@ func (e *nodeError) Unwrap() error { return e.err }
 type sink struct {
 	l      *leader
 	ctx    context.Context
+	keep   *bundle.ReadCloser // rank 0: the bundle file, which --force must not delete
 	s      *bundle.Stream
 	staged chan error
 }
@@ -327,7 +328,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	k.s, k.staged = s, make(chan error, 1)
 	go func() {
 		t := time.Now()
-		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust})
+		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep})
 		if err == nil {
 			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 				st.Abort()
@@ -358,11 +359,11 @@ func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error)
 // is this node's, described; one matching broadcast.ErrComm is local.
 func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 	var src *bundle.Reader
+	var rc *bundle.ReadCloser
 	var srcErr error
 	if group.Rank() == 0 {
 		t := time.Now()
 		l.sum.Bundle = l.plan.Bundle
-		var rc *bundle.ReadCloser
 		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
 		if srcErr == nil {
 			defer rc.Close()
@@ -370,7 +371,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 		}
 		l.stats.Read = time.Since(t)
 	}
-	k := &sink{l: l, ctx: ctx}
+	k := &sink{l: l, ctx: ctx, keep: rc} // rank 0 decides whether its DEST holds the bundle (S9)
 	local, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
 	if err != nil {
 		if k.s != nil {

@@ -322,3 +322,50 @@ func TestRunGuessableDestTaken(t *testing.T) {
 		})
 	}
 }
+
+// TestRunForceKeepsBundle is S9 for load: `load --force --bundle
+// DEST/cache.kbundle --to DEST` deleted the bundle with the old tree.
+// Rank 0, which opened the bundle, refuses its node's DEST; the failure
+// is agreed, so no node replaces its tree.
+func TestRunForceKeepsBundle(t *testing.T) {
+	_, file := testBundle(t)
+	base := t.TempDir()
+	dest := func(node int) string { return filepath.Join(base, fmt.Sprintf("n%d", node), "dest") }
+	nodes := []int{0, 0, 1, 1}
+	rc, err := bundle.Open(file, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 2 {
+		os.Mkdir(filepath.Dir(dest(k)), 0o700)
+		if _, err := rc.Extract(context.Background(), dest(k), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc.Close()
+	inside := filepath.Join(dest(0), "cache.kbundle")
+	data, _ := os.ReadFile(file)
+	if err := os.WriteFile(inside, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dest(1), "mine"), []byte("old tree"), 0o600)
+	_, errs := run(t, nodes, func(r int) load.Plan {
+		return load.Plan{Bundle: inside, Dest: dest(nodes[r]), Force: true, Host: fmt.Sprintf("kbn%d", nodes[r])}
+	}, nil)
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "holds the bundle being extracted") {
+			t.Fatalf("rank %d: %v, want the destination refused: it holds the bundle", r, err)
+		}
+		if !strings.Contains(err.Error(), "kbn0 (ranks 0-1)") {
+			t.Fatalf("rank %d: %v, want rank 0's node named", r, err)
+		}
+	}
+	if _, err := os.Stat(inside); err != nil {
+		t.Fatalf("the bundle is gone: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dest(1), "mine")); err != nil || string(b) != "old tree" {
+		t.Fatalf("node 1's tree was replaced: %q %v", b, err)
+	}
+	nothingUnder(t, filepath.Dir(dest(0)), "dest")
+	nothingUnder(t, filepath.Dir(dest(1)), "dest")
+}

@@ -158,7 +158,8 @@ func (interrupted) Is(target error) bool { return target == context.Canceled }
 //
 // SIGTERM, SIGINT and SIGHUP (scancel, a time limit, Ctrl-C) cancel the
 // command's context: it stops, removes what it wrote and run returns
-// 128+N. A command that cannot stop at once (one blocked in an MPI call)
+// 128+N; a command that had already passed its last point of no return
+// completes and its success is reported as usual. A command that cannot stop at once (one blocked in an MPI call)
 // is given signalGrace; then its temporary files and trees are removed
 // and the process exits 128+N.
 func run(args []string, stdout, stderr io.Writer) int {
@@ -184,7 +185,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	app.Metadata = map[string]any{"args": args}
 	err := app.RunContext(ctx, flagsFirst(app, args))
-	if n := got.Load(); n != 0 {
+	// A command that finished despite the signal (it came after the last
+	// point where it could stop: pack's rename, say) did its work: that is
+	// reported as success, never as "stopped" (S8).
+	if n := got.Load(); n != 0 && err != nil {
 		bundle.RemoveTemps()
 		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
 		return 128 + int(n)

@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -101,6 +102,7 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 type packJSON struct {
 	bundleJSON
 	Skipped  []string `json:"skipped"`
+	LeftOut  []string `json:"left_out"`  // kbundle's own files in DIR: bundles, temporaries, lock files
 	Copied   []string `json:"copied"`    // symlinks stored as copies of their target
 	Writable []string `json:"writable"`  // entries others could have written, with why
 	Untrust  string   `json:"untrusted"` // why load would refuse the bundle; "" when it would not
@@ -117,7 +119,8 @@ func reportPack(c *cli.Context, dir string, res *bundle.PackResult, took time.Du
 			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
 			PackedBytes: res.PackedBytes, Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments,
 			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...),
-			Copied: append([]string{}, res.Copied...), Writable: append([]string{}, res.Writable...),
+			LeftOut: append([]string{}, res.LeftOut...),
+			Copied:  append([]string{}, res.Copied...), Writable: append([]string{}, res.Writable...),
 			Untrust: errString(res.Untrusted), Seconds: took.Seconds()})
 	}
 	say(c, "%s", packSummary(res, took))
@@ -161,6 +164,14 @@ func printList(w io.Writer, format string, items []string) {
 // others can write, refused by load.
 func packWarnings(w io.Writer, dir string, res *bundle.PackResult) {
 	printList(w, "kbundle: not packed (not a regular file or directory): %s\n", res.Skipped)
+	for i, s := range res.LeftOut {
+		if i == listMax {
+			fmt.Fprintf(w, "kbundle: ... and %d more of kbundle's own files skipped\n", len(res.LeftOut)-listMax)
+			break
+		}
+		at := max(strings.LastIndex(s, " ("), 0) // "rel (why)"
+		fmt.Fprintf(w, "kbundle: skipped %s: %s\n", safe(filepath.Join(dir, s[:at])), safe(strings.TrimSuffix(strings.TrimPrefix(s[at:], " ("), ")")))
+	}
 	printList(w, "kbundle: symlink stored as a copy of its target: %s\n", res.Copied)
 	if len(res.Skipped) > 0 {
 		fmt.Fprintf(w, "kbundle: hint: %d entries were not packed (symlinks out of the directory or to directories, devices, sockets, FIFOs): a cache that needs them will miss after a load\n", len(res.Skipped))

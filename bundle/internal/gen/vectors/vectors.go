@@ -463,6 +463,15 @@ func All() []Vector {
 	}
 	add("name-component-256", ErrInsecurePath, StageOpen, "a name component of 256 bytes",
 		sortedWith(fileEntry(string(bytes.Repeat([]byte("n"), 256)))))
+	add("name-reserved-marker", ErrFormat, StageOpen, "a top-level file named .kbundle-installed (reserved: kbundle's install marker)",
+		sortedWith(fileEntry(".kbundle-installed")))
+	add("name-reserved-marker-dir", ErrFormat, StageOpen, "a top-level directory named .kbundle-installed (reserved: kbundle's install marker)",
+		sortedWith(raw.Entry{Name: ".kbundle-installed", Kind: raw.KindDir, Mode: 0o755}))
+	addOK("valid-nested-marker-name", "a file named .kbundle-installed below the top (only the top-level name is reserved)",
+		Meta, []raw.File{
+			{Name: "d", Dir: true, Mode: 0o755, Sec: 1700000000},
+			{Name: "d/.kbundle-installed", Mode: 0o644, Sec: 1700000000, Data: []byte("not a marker\n")},
+		})
 
 	for _, v := range vs {
 		if len(v.Data) >= 4096 {
