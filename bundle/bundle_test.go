@@ -186,7 +186,7 @@ func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 	os.Symlink("/etc/passwd", filepath.Join(src, "passwd")) // outside: skipped
 	os.Symlink("../x", filepath.Join(src, "up"))            // outside: skipped
 	syscall.Mkfifo(filepath.Join(src, "fifo"), 0o600)       // special: skipped
-	os.WriteFile(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x"), []byte("junk"), 0o600)
+	os.WriteFile(filepath.Join(src, ".kbundle-tmp-otherhost-123-x"), []byte("junk"), 0o600)
 	os.WriteFile(filepath.Join(src, "skip.lock"), []byte("x"), 0o600)
 	out := filepath.Join(src, "cache.kbundle")
 	for range 2 { // the second run must not pack the first run's output
@@ -199,7 +199,7 @@ func TestPackSkipsSpecialFilesAndOutput(t *testing.T) {
 			t.Fatalf("files=%d skipped=%q copied=%q", res.Files, res.Skipped, res.Copied)
 		}
 	}
-	if err := os.Remove(filepath.Join(src, ".cache.kbundle.kbundle-tmp-otherhost-123-x")); err != nil {
+	if err := os.Remove(filepath.Join(src, ".kbundle-tmp-otherhost-123-x")); err != nil {
 		t.Fatal(err)
 	}
 	left, _ := filepath.Glob(filepath.Join(src, ".cache.kbundle.tmp-*"))

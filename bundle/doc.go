@@ -10,6 +10,8 @@
 // front ends build it from KBUNDLE_TRUSTED_GROUPS and
 // KBUNDLE_TRUSTED_OWNERS with ParseTrust). It never talks to MPI, never
 // trusts a length or a name read from a bundle before checking it against a
-// named limit, never follows a symlink while extracting, and never leaves a
-// partial output file or half-extracted directory behind.
+// named limit, never follows a symlink while extracting, never leaves a
+// partial output file or half-extracted directory behind, and never
+// removes a file or tree it cannot prove to be one of its own temporaries
+// whose process is gone (RemoveStale).
 package bundle

@@ -130,22 +130,18 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 		return nil, err
 	}
 	RemoveStale(s.parent) // best effort: a failure here must not stop the load
-	tempsMu.Lock()
-	s.tmp, err = os.MkdirTemp(s.parent, tempPattern(filepath.Base(dest)))
-	if err == nil {
-		temps[s.tmp] = true
-	}
-	tempsMu.Unlock()
+	var done func()
+	s.tmp, ctx, done, err = newTempDir(ctx, s.parent)
 	if err != nil {
 		return nil, fmt.Errorf("cannot extract into %s: %w", s.parent, err)
 	}
 	defer func() {
 		if err != nil {
-			removeTree(s.tmp)
-			untrack(s.tmp)
+			dropTemp(s.tmp)
 		}
 	}()
 	s.res, err = r.extractInto(ctx, s.tmp, opt)
+	done() // RemoveTemps waits for this: no worker writes into s.tmp any more
 	if err != nil {
 		return nil, err
 	}
@@ -179,35 +175,59 @@ func (s *Staged) Install() error {
 	if s.done || s.installed {
 		return errors.New("bundle: Install on a finished or installed Staged")
 	}
+	if err := s.install(); err != nil {
+		return err
+	}
+	s.installed = true
+	return syncDir(s.parent)
+}
+
+// install does Install's renames under tempsMu, so that RemoveTemps
+// (a signal, a timeout) comes either before (and Install fails with
+// ErrExiting) or after (and dest holds the whole tree) (S7). The staged
+// tree's tempMarker is unlinked just before it is renamed into place.
+func (s *Staged) install() error {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	e := temps[s.tmp]
+	if closing || e == nil {
+		return fmt.Errorf("cannot move the extracted tree into place: %w", ErrExiting)
+	}
+	unlockTree(s.tmp, e)
 	if !s.replace {
 		// rename(2), not os.Rename: it atomically replaces an empty
 		// directory (os.Rename refuses any existing directory), and fails
 		// if someone filled dest meanwhile.
 		if err := unix.Renameat(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest); err != nil {
+			relockTree(s.tmp, e)
 			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
 		}
-		untrack(s.tmp)
+		forget(s.tmp)
 		s.tmp = ""
 	} else if err := unix.Renameat2(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest, unix.RENAME_EXCHANGE); err == nil {
-		// s.tmp now holds the old tree, removed by Commit.
+		// s.tmp now holds the old tree, removed by Commit: it gets a
+		// marker of its own, so RemoveStale can remove it should this
+		// process be killed before.
+		relockTree(s.tmp, e)
 	} else {
 		// No RENAME_EXCHANGE (some network file systems): move the old tree
 		// aside, then the new one in; between the two renames dest is
 		// missing for an instant.
 		old := s.tmp + ".old"
 		if err := os.Rename(s.dest, old); err != nil {
+			relockTree(s.tmp, e)
 			return fmt.Errorf("cannot replace %s: %w", s.dest, err)
 		}
 		if err := os.Rename(s.tmp, s.dest); err != nil {
 			os.Rename(old, s.dest)
+			relockTree(s.tmp, e)
 			return fmt.Errorf("cannot replace %s: %w", s.dest, err)
 		}
-		untrack(s.tmp)
-		track(old, true)
+		forget(s.tmp)
+		trackTree(old)
 		s.tmp = old
 	}
-	s.installed = true
-	return syncDir(s.parent)
+	return nil
 }
 
 // Commit ends a successful installation: it removes the tree that dest
@@ -220,9 +240,7 @@ func (s *Staged) Commit() error {
 	if s.tmp == "" {
 		return nil
 	}
-	err := removeTree(s.tmp)
-	untrack(s.tmp)
-	return err
+	return dropTemp(s.tmp)
 }
 
 // Abort undoes Stage, or Install when it was installed: dest is left as
@@ -233,29 +251,53 @@ func (s *Staged) Abort() error {
 		return nil
 	}
 	s.done = true
-	var err error
 	if s.installed {
-		if s.replace {
-			// s.tmp holds the old tree: swap it back.
-			if e := unix.Renameat2(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest, unix.RENAME_EXCHANGE); e != nil {
-				return fmt.Errorf("cannot put the old %s back: %w (it is in %s)", s.dest, e, s.tmp)
-			}
-		} else {
-			// Take the new tree out of dest before removing it, so dest
-			// disappears at once rather than file by file.
-			s.tmp = filepath.Join(s.parent, "."+filepath.Base(s.dest)+tempTag+host()+"-"+strconv.Itoa(os.Getpid())+"-abort")
-			if e := os.Rename(s.dest, s.tmp); e != nil {
-				return fmt.Errorf("cannot take %s back: %w", s.dest, e)
-			}
-			track(s.tmp, true)
+		if err := s.uninstall(); err != nil {
+			return err
 		}
 	}
+	var err error
 	if s.tmp != "" {
-		err = removeTree(s.tmp)
-		untrack(s.tmp)
+		err = dropTemp(s.tmp)
 	}
 	s.removeCreated()
 	return err
+}
+
+// uninstall undoes install, under tempsMu.
+func (s *Staged) uninstall() error {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	if s.replace {
+		// s.tmp holds the old tree: swap it back, without its marker.
+		e := temps[s.tmp]
+		unlockTree(s.tmp, e)
+		if err := unix.Renameat2(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest, unix.RENAME_EXCHANGE); err != nil {
+			if e != nil {
+				relockTree(s.tmp, e)
+			}
+			return fmt.Errorf("cannot put the old %s back: %w (it is in %s)", s.dest, err, s.tmp)
+		}
+		if e != nil {
+			relockTree(s.tmp, e) // the new tree, to be removed
+		}
+		return nil
+	}
+	// Take the new tree out of dest before removing it, so dest
+	// disappears at once rather than file by file: rename(2) onto a fresh
+	// empty temporary directory, which it replaces.
+	tmp, err := os.MkdirTemp(s.parent, tempPattern())
+	if err == nil {
+		if err = unix.Renameat(unix.AT_FDCWD, s.dest, unix.AT_FDCWD, tmp); err != nil {
+			os.Remove(tmp)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("cannot take %s back: %w", s.dest, err)
+	}
+	s.tmp = tmp
+	trackTree(tmp)
+	return nil
 }
 
 // removeCreated removes the parent directories Stage created, if still

@@ -171,20 +171,17 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 
 	outDir := filepath.Dir(out)
 	RemoveStale(outDir) // best effort, as in Stage
-	tempsMu.Lock()
-	tmp, err := os.CreateTemp(outDir, tempPattern(filepath.Base(out)))
-	if err == nil {
-		temps[tmp.Name()] = false
-	}
-	tempsMu.Unlock()
+	tmp, err := newTempFile(outDir)
 	if err != nil {
 		return nil, fmt.Errorf("cannot write the bundle: %w", err)
 	}
+	// tmp stays open, and so locked (its proof of life for RemoveStale),
+	// until it is renamed into place.
 	defer func() {
 		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
+			dropTemp(tmp.Name())
 		}
+		tmp.Close()
 		untrack(tmp.Name())
 	}()
 	w := NewWriter(tmp, &WriterOptions{Level: opt.Level, Jobs: opt.Jobs, SegmentSize: opt.SegmentSize})
@@ -214,15 +211,12 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err != nil {
 		return nil, err
 	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
 	// Last chance to stop: cancelled before the rename, the old bundle
 	// stays and the temporary goes; after it, Pack has succeeded (S8).
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
+	if err := renameTemp(tmp.Name(), out); err != nil {
 		return nil, err
 	}
 	if err := syncDir(outDir); err != nil {
@@ -239,7 +233,9 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	return res, nil
 }
 
-func tempPrefix(out string) string { return "." + filepath.Base(out) + tempTag }
+// tempPrefix starts the names of the temporaries in out's directory
+// (Pack's own among them), which the walk skips.
+func tempPrefix(string) string { return tempTag }
 
 // treeWalk lists a tree through directory descriptors.
 type treeWalk struct {

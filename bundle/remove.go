@@ -57,19 +57,45 @@ func removeAt(dirfd int, name string, depth int) error {
 		return err
 	}
 	defer unix.Close(fd)
-	names, err := readNames(fd)
-	if err != nil {
+	return removeOpened(dirfd, name, fd, depth)
+}
+
+// maxRemoveRounds bounds how often removeOpened lists a directory again
+// because entries appeared in it while it was being emptied.
+const maxRemoveRounds = 1000
+
+// removeOpened removes the directory name in dirfd, open (and made
+// writable) as fd: it empties fd and removes name, again and again while
+// something still writes into it (an extraction stopping, S7), and only
+// while name is still that directory (a directory swapped in meanwhile
+// is left alone).
+func removeOpened(dirfd int, name string, fd, depth int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	for _, n := range names {
-		if err := removeAt(fd, n, depth+1); err != nil {
+	for round := 0; ; round++ {
+		names, err := readNames(fd)
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if err := removeAt(fd, n, depth+1); err != nil {
+				return err
+			}
+		}
+		var now unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+			return nil // gone, or no longer the directory we emptied
+		}
+		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) || round >= maxRemoveRounds {
 			return err
 		}
 	}
-	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
-		return err
-	}
-	return nil
 }
 
 // openDirNoFollow opens the directory name in dirfd for reading, never

@@ -3,12 +3,9 @@ package bundle
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 )
 
 func openPacked(t *testing.T) (*ReadCloser, string) {
@@ -99,46 +96,6 @@ func TestStageInstallAbort(t *testing.T) {
 	})
 }
 
-// TestRemoveStale: temporaries of a dead process on this host are removed;
-// a live process's, another host's and other names are kept.
-func TestRemoveStale(t *testing.T) {
-	dir := t.TempDir()
-	dead := exec.Command("true")
-	if err := dead.Run(); err != nil {
-		t.Fatal(err)
-	}
-	deadPid := strconv.Itoa(dead.Process.Pid)
-	live := strconv.Itoa(os.Getppid())
-	names := map[string]bool{ // name → must be removed
-		".d" + tempTag + host() + "-" + deadPid + "-123":        true,
-		".f.kbundle" + tempTag + host() + "-" + deadPid + "-9":  true,
-		".d" + tempTag + host() + "-" + live + "-123":           false,
-		".d" + tempTag + "otherhost-" + deadPid + "-123":        false,
-		"d" + tempTag + host() + "-" + deadPid + "-123":         false, // not hidden: not ours
-		".d.kbundle-tmp-" + host() + "-notapid-1":               false,
-		".d" + tempTag + host() + "-" + deadPid + "-123-nested": false, // random part has no '-'
-	}
-	for n := range names {
-		p := filepath.Join(dir, n)
-		os.MkdirAll(filepath.Join(p, "sub"), 0o700)
-		os.WriteFile(filepath.Join(p, "sub", "f"), []byte("x"), 0o400)
-		os.Chmod(filepath.Join(p, "sub"), 0o500)
-	}
-	removed, err := RemoveStale(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(removed) != 2 {
-		t.Errorf("removed %v", removed)
-	}
-	for n, gone := range names {
-		_, err := os.Lstat(filepath.Join(dir, n))
-		if gone != os.IsNotExist(err) {
-			t.Errorf("%s: removed=%v, want %v", n, os.IsNotExist(err), gone)
-		}
-	}
-}
-
 // TestProgressCumulative: Extract's and Verify's progress reach the total
 // exactly once and never go back.
 func TestProgressCumulative(t *testing.T) {
@@ -175,29 +132,5 @@ func TestProgressCumulative(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// TestRemoveStaleZombie: a zombie (killed, not yet reaped) owns nothing:
-// its temporaries are removed.
-func TestRemoveStaleZombie(t *testing.T) {
-	z := exec.Command("true")
-	if err := z.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer z.Wait()
-	pid := z.Process.Pid
-	for range 200 { // until it has exited (a zombie: not waited for yet)
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if strings.Contains(string(b), ") Z ") {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if alive(pid) {
-		t.Fatal("a zombie counts as alive")
-	}
-	if !alive(os.Getpid()) {
-		t.Fatal("this process counts as dead")
 	}
 }
