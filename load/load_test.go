@@ -267,6 +267,7 @@ func TestRunGuessableDestTaken(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Chown(theirs, 65534, 65534)
+			os.Mkdir(filepath.Join(base, "n0"), 0o755) // there node 0 claims its Dest, then moves
 			var corrupt map[int]func([]byte)
 			if c.damaged {
 				// The body: the fourth broadcast here, after the
@@ -318,6 +319,97 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(theirs); len(ents) != 0 {
 				t.Fatalf("the other user's directory was written into: %v", ents)
+			}
+			nothingUnder(t, filepath.Join(base, "n0"), "dest"+suffix) // node 0's claim of the guessable name is gone
+		})
+	}
+}
+
+// TestRunDestCreatedDuringLoad: another user who makes the default Dest
+// while it is being staged (its temporary sibling shows the name), with a
+// file in it, can no longer make the load fail (S4 of the 2026-12-01
+// review): every leader claimed Dest before staging. A load that fails
+// leaves no claimed Dest behind. An explicit Dest has no claim; then the
+// install fails saying what happened.
+func TestRunDestCreatedDuringLoad(t *testing.T) {
+	_, file := testBundle(t)
+	nodes := []int{0, 0, 1, 1}
+	for _, c := range []struct {
+		name               string
+		guessable, damaged bool
+	}{{"default dest", true, false}, {"default dest, load fails", true, true}, {"explicit dest", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			if !c.guessable && os.Geteuid() != 0 {
+				t.Skip("needs root to make a directory of another user")
+			}
+			base := t.TempDir()
+			dest := func(node int) string { return filepath.Join(base, fmt.Sprintf("n%d", node), "dest") }
+			for _, n := range []int{0, 1} { // each node's /tmp
+				if err := os.Mkdir(filepath.Dir(dest(n)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var made error = errors.New("the hook did not run")
+			// Node 1's leader, between its staging and the install.
+			other := func() map[string]string {
+				made = os.Mkdir(dest(1), 0o755)
+				if made == nil {
+					os.WriteFile(filepath.Join(dest(1), "theirs"), []byte("x"), 0o644)
+					if os.Geteuid() == 0 {
+						os.Chown(filepath.Join(dest(1), "theirs"), 65534, 65534)
+						os.Chown(dest(1), 65534, 65534)
+					}
+				}
+				return nil
+			}
+			var corrupt map[int]func([]byte)
+			if c.damaged {
+				corrupt = map[int]func([]byte){2: flipLast()}
+			}
+			sums, errs := run(t, nodes, func(rank int) load.Plan {
+				p := load.Plan{Bundle: file, Dest: dest(nodes[rank]), Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: c.guessable}
+				if rank == 2 {
+					p.HostInfo = other
+				}
+				return p
+			}, corrupt)
+			switch {
+			case c.damaged:
+				for r, err := range errs {
+					if !errors.Is(err, broadcast.ErrNoBundle) {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				nothingUnder(t, filepath.Join(base, "n1"))
+			case c.guessable:
+				if !errors.Is(made, os.ErrExist) {
+					t.Errorf("another user could make Dest during the load: %v", made)
+				}
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+					if s := sums[r]; s.Dest != dest(nodes[r]) || s.Taken != "" {
+						t.Fatalf("rank %d: Dest %q Taken %q", r, s.Dest, s.Taken)
+					}
+					if _, err := os.Stat(filepath.Join(dest(nodes[r]), bundle.InstalledMarker)); err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+			default:
+				if made != nil {
+					t.Fatalf("the hook could not make Dest: %v", made)
+				}
+				for r, err := range errs {
+					if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): "+dest(1)+": destination refused: another user, uid 65534") ||
+						!strings.Contains(err.Error(), "created it during the load") {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				nothingUnder(t, filepath.Join(base, "n1"), "dest")
+				nothingUnder(t, dest(1), "theirs")
 			}
 		})
 	}
