@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -412,5 +414,109 @@ func TestRunDestCreatedDuringLoad(t *testing.T) {
 				nothingUnder(t, dest(1), "theirs")
 			}
 		})
+	}
+}
+
+// TestRunDestRacedByRealUser is TestRunDestCreatedDuringLoad with real
+// users, as the review's reproducer: the load runs as uid 65534 (this test
+// binary, copied and run again), Dest's parent is a root-owned sticky
+// directory (as /tmp), and this process, as root, creates Dest for uid
+// 65533 as soon as a temporary appears there. Needs root.
+func TestRunDestRacedByRealUser(t *testing.T) {
+	if os.Getenv("KBUNDLE_TEST_LOAD_AS_USER") != "" {
+		return // the child's own run of this test: see TestRunAsUserChild
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run as other users")
+	}
+	_, file := testBundle(t)
+	top, err := os.MkdirTemp("", "kbundle-race-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(top)
+	tmp := filepath.Join(top, "tmp")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{top, 0o755}, {filepath.Join(top, "b"), 0o755}, {tmp, 0o777 | os.ModeSticky}} {
+		if err := os.MkdirAll(d.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(file)
+	bundleFile := filepath.Join(top, "b", "cache.kbundle")
+	exe := filepath.Join(top, "b", "load.test")
+	self, _ := os.ReadFile(os.Args[0])
+	if os.WriteFile(bundleFile, b, 0o644) != nil || os.WriteFile(exe, self, 0o755) != nil {
+		t.Fatal("cannot copy the bundle and the test binary")
+	}
+	raced := 0
+	for i := 0; i < 5 && raced < 2; i++ {
+		dest := filepath.Join(tmp, fmt.Sprintf("kbundle-nobody-%d", i))
+		stop := make(chan struct{})
+		made := make(chan error, 1)
+		go func() { // the other user: poll for a temporary, then make Dest
+			for {
+				select {
+				case <-stop:
+					made <- nil
+					return
+				default:
+				}
+				ents, _ := os.ReadDir(tmp)
+				for _, e := range ents {
+					if strings.Contains(e.Name(), ".kbundle-tmp-") {
+						err := os.Mkdir(dest, 0o755)
+						if err == nil {
+							os.Chown(dest, 65533, 65533)
+							err = errors.New("made it")
+						}
+						made <- err
+						return
+					}
+				}
+			}
+		}()
+		cmd := exec.Command(exe, "-test.run=^TestRunAsUserChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "KBUNDLE_TEST_LOAD_AS_USER=1", "KBUNDLE_TEST_BUNDLE="+bundleFile, "KBUNDLE_TEST_DEST="+dest)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		close(stop)
+		got := <-made
+		if got == nil {
+			t.Logf("run %d: the load ended before a temporary showed", i)
+			continue
+		}
+		raced++
+		if err != nil || !errors.Is(got, os.ErrExist) {
+			t.Fatalf("run %d: the other user's mkdir: %v; the load: %v\n%s", i, got, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dest, bundle.InstalledMarker)); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if raced == 0 {
+		t.Skip("no run showed a temporary before the load ended")
+	}
+}
+
+// TestRunAsUserChild is the load TestRunDestRacedByRealUser runs as
+// another user.
+func TestRunAsUserChild(t *testing.T) {
+	if os.Getenv("KBUNDLE_TEST_LOAD_AS_USER") == "" {
+		t.Skip("run by TestRunDestRacedByRealUser")
+	}
+	c := broadcasttest.World(0)[0]
+	s, err := load.Run(context.Background(), c, load.Plan{Bundle: os.Getenv("KBUNDLE_TEST_BUNDLE"),
+		Dest: os.Getenv("KBUNDLE_TEST_DEST"), GuessableDest: true, Host: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Taken != "" {
+		t.Fatalf("moved to %s: the name was taken before the load", s.Dest)
 	}
 }
