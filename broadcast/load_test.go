@@ -3,6 +3,7 @@ package broadcast_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"os"
@@ -286,5 +287,42 @@ func TestTransferDamage(t *testing.T) {
 		if err != nil && errs[0] != nil && err.Error() != errs[0].Error() {
 			t.Errorf("rank %d: %q, rank 0: %q", rank, err, errs[0])
 		}
+	}
+}
+
+// TestShortPrelude: a status (from a non-conforming rank 0, here written
+// by hand) announcing a prelude shorter than a bundle's header and trailer
+// is refused with ErrStatus by every receiver; it made LoadBundle's sink
+// slice out of range.
+func TestShortPrelude(t *testing.T) {
+	cs := broadcasttest.World(0, 0)
+	msg := make([]byte, 1088)
+	copy(msg, "KBs2")
+	le := binary.LittleEndian
+	le.PutUint64(msg[20:], 8)   // chunk
+	le.PutUint64(msg[28:], 100) // size
+	le.PutUint64(msg[56:], 5)   // prelude
+	done := make(chan any, 1)
+	var err error
+	go func() {
+		defer func() { done <- recover() }()
+		_, err = LoadBundle(cs[1])
+	}()
+	// Rank 0 sends the status, then the prelude and body as announced; it
+	// blocks on the prelude (rank 1 has stopped), and is abandoned.
+	go func() {
+		c := cs[0]
+		c.Bcast(msg, 0)
+		c.Bcast(make([]byte, 5), 0)
+		for off := 5; off < 100; off += 8 {
+			c.Bcast(make([]byte, min(8, 100-off)), 0)
+		}
+		c.AllreduceInt64(0, 0)
+	}()
+	if p := <-done; p != nil {
+		t.Fatalf("rank 1 panicked: %v", p)
+	}
+	if !errors.Is(err, ErrStatus) {
+		t.Errorf("rank 1: %v, want ErrStatus", err)
 	}
 }

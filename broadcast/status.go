@@ -185,7 +185,7 @@ func decodeStatus(b []byte) (*status, error) {
 	rlen := le.Uint32(b[52:])
 	prelude := le.Uint64(b[56:])
 	switch {
-	case prelude > size:
+	case prelude > size, size > 0 && prelude < bundle.MinPrelude:
 		return nil, fmt.Errorf("%w: prelude of %d bytes in a bundle of %d", ErrStatus, prelude, size)
 	case s.mask>>len(sentinels) != 0:
 		return nil, fmt.Errorf("%w: unknown error bits %#x", ErrStatus, s.mask)

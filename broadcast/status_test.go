@@ -15,7 +15,7 @@ func TestStatusRoundTrip(t *testing.T) {
 		name string
 		s    status
 	}{
-		{"ok", status{chunk: 4096, size: 1 << 40, digest: bundle.Digest{1, 2, 3}}},
+		{"ok", status{chunk: 4096, size: 1 << 40, prelude: 1 << 20, digest: bundle.Digest{1, 2, 3}}},
 		{"failed", *failure(errors.Join(ErrNoBundle, fs.ErrNotExist), 3, 2)},
 		{"long reason", status{failed: true, reason: strings.Repeat("é", MaxReason)}},
 		{"empty", status{}},
@@ -61,7 +61,7 @@ func TestStatusErrorMatches(t *testing.T) {
 }
 
 func TestDecodeStatusRejects(t *testing.T) {
-	good := (&status{chunk: 10, size: 100}).encode()
+	good := (&status{chunk: 10, size: 100, prelude: bundle.MinPrelude}).encode()
 	for _, c := range []struct {
 		name string
 		edit func(b []byte) []byte
@@ -73,6 +73,9 @@ func TestDecodeStatusRejects(t *testing.T) {
 		{"reason length", func(b []byte) []byte { b[53] = 0xff; return b }},
 		{"chunk zero", func(b []byte) []byte { clear(b[20:28]); return b }},
 		{"size", func(b []byte) []byte { b[35] = 0xff; return b }},
+		{"prelude long", func(b []byte) []byte { b[56] = 101; return b }},
+		{"prelude short", func(b []byte) []byte { b[56] = bundle.MinPrelude - 1; return b }},
+		{"prelude none", func(b []byte) []byte { b[56] = 0; return b }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := c.edit(bytes.Clone(good))
@@ -84,7 +87,8 @@ func TestDecodeStatusRejects(t *testing.T) {
 }
 
 func FuzzDecodeStatus(f *testing.F) {
-	f.Add((&status{chunk: 10, size: 100}).encode())
+	f.Add((&status{chunk: 10, size: 100, prelude: bundle.MinPrelude}).encode())
+	f.Add((&status{chunk: 10, size: 100, prelude: 5}).encode()) // refused: shorter than a header
 	f.Add(failure(ErrNoBundle, 1, 2).encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeStatus(b)
@@ -96,4 +100,26 @@ func FuzzDecodeStatus(f *testing.F) {
 			t.Fatalf("re-decoding %+v gave %+v, %v", *s, again, err)
 		}
 	})
+}
+
+// TestMemorySinkShortPrelude: LoadBundle's sink refuses a prelude that
+// cannot hold a header and a trailer (decodeStatus lets an ok status of
+// size 0 through) instead of slicing out of range.
+func TestMemorySinkShortPrelude(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		prelude int
+		size    int64
+	}{
+		{"empty bundle", 0, 0},
+		{"short", 5, 100},
+		{"longer than the bundle", bundle.MinPrelude, bundle.MinPrelude - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := new(memorySink).Begin(make([]byte, c.prelude), c.size, bundle.Digest{})
+			if !errors.Is(err, ErrStatus) {
+				t.Errorf("got %v, want ErrStatus", err)
+			}
+		})
+	}
 }

@@ -162,6 +162,9 @@ func (m *memorySink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	if size > int64(int(^uint(0)>>1)) {
 		return fmt.Errorf("%w: bundle of %d bytes does not fit in memory", ErrNoBundle, size)
 	}
+	if len(prelude) < bundle.MinPrelude || int64(len(prelude)) > size {
+		return fmt.Errorf("%w: prelude of %d bytes in a bundle of %d", ErrStatus, len(prelude), size)
+	}
 	const header = 16
 	m.b = make([]byte, size)
 	copy(m.b, prelude[:header])

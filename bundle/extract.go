@@ -200,7 +200,7 @@ func (s *Staged) install() error {
 		// if someone filled dest meanwhile.
 		if err := unix.Renameat(unix.AT_FDCWD, s.tmp, unix.AT_FDCWD, s.dest); err != nil {
 			relockTree(s.tmp, e)
-			return fmt.Errorf("cannot move the extracted tree into place: %w", err)
+			return s.takenErr(err)
 		}
 		forget(s.tmp)
 		s.tmp = ""
@@ -228,6 +228,20 @@ func (s *Staged) install() error {
 		s.tmp = old
 	}
 	return nil
+}
+
+// takenErr is Install's error when rename(2) failed with err: when
+// another user made dest meanwhile (EPERM in a sticky directory, EEXIST or
+// ENOTEMPTY when they put something in it), it says so, rather than
+// blaming the user's permissions.
+func (s *Staged) takenErr(err error) error {
+	var st unix.Stat_t
+	if me := uint32(os.Geteuid()); (err == unix.EPERM || err == unix.EEXIST || err == unix.ENOTEMPTY || err == unix.EACCES) &&
+		unix.Lstat(s.dest, &st) == nil && st.Uid != me {
+		return &Error{File: s.dest, Err: ErrDestination, Msg: fmt.Sprintf("another user, uid %d%s, created it during the load (%v), "+
+			"so the extracted tree cannot be moved into place; choose a destination in a directory only you can write", st.Uid, userName(st.Uid), err)}
+	}
+	return fmt.Errorf("cannot move the extracted tree into place: %w", err)
 }
 
 // Commit ends a successful installation: it removes the tree that dest

@@ -23,6 +23,10 @@ import (
 // raised to three packed segments when segments are larger).
 const DefaultWindow = 64 << 20
 
+// MinPrelude is the length of the shortest prelude: a header and a
+// trailer (the index between them is longer than zero in any real bundle).
+const MinPrelude = headerSize + trailerSize
+
 // Prelude returns what NewStream needs before the body: the header, then
 // the index and trailer (the bytes from BodyEnd to the end), read through
 // the Reader. The body is the bytes from BodyStart to BodyEnd.
@@ -62,7 +66,7 @@ func NewStream(name string, prelude []byte, size int64, opt *StreamOptions) (*St
 	if opt == nil {
 		opt = &StreamOptions{}
 	}
-	if len(prelude) < headerSize+trailerSize || int64(len(prelude)) > size {
+	if len(prelude) < MinPrelude || int64(len(prelude)) > size {
 		return nil, &Error{File: name, Err: ErrFormat, Msg: fmt.Sprintf("prelude of %d bytes for a bundle of %d", len(prelude), size)}
 	}
 	tail := prelude[headerSize:]

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,12 +45,14 @@ type Plan struct {
 	// Force replaces a non-empty Dest.
 	Force bool
 	// GuessableDest says Dest is a default name that other users can
-	// guess (Dest's: the user's name and the job id). When another user
-	// holds it on some node (a directory, file or symlink of theirs, made
-	// in advance to deny the load), every node loads into Dest + "-" + 16
-	// hex digits rank 0 draws at random instead, and Summary.Taken says
-	// so; without it such a load fails, as for any other Dest that is not
-	// ours.
+	// guess (Dest's: the user's name and the job id). Each leader makes
+	// Dest (empty, 0700) first, before anything shows the name, so that
+	// nobody else can make it during the load; a failed load removes it.
+	// When another user holds it on some node (a directory, file or
+	// symlink of theirs, made in advance to deny the load), every node
+	// loads into Dest + "-" + 16 hex digits rank 0 draws at random
+	// instead, and Summary.Taken says so; without it such a load fails, as
+	// for any other Dest that is not ours.
 	GuessableDest bool
 	// Jobs is the number of extraction workers per leader; 0: all cores.
 	Jobs int
@@ -187,13 +190,11 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 		if err := l.avoidTaken(base); err != nil {
 			return nil, err
 		}
-		if l.madeDest {
-			defer func() {
-				if err != nil {
-					os.Remove(l.plan.Dest) // still empty: nothing was installed
-				}
-			}()
-		}
+		defer func() {
+			if err != nil {
+				l.unclaim() // nothing was installed (or it was rolled back)
+			}
+		}()
 	}
 	restore := func() {}
 	if plan.BorrowNodeCPUs {
@@ -259,7 +260,7 @@ type leader struct {
 	first, last int64 // world ranks of this node
 	sum         *Summary
 	staged      *bundle.Staged
-	madeDest    bool // avoidTaken made the (empty) Dest
+	madeDest    bool // avoidTaken made (claimed) the empty Dest
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
@@ -442,14 +443,35 @@ func fakeNodeDest(plan Plan, rank int, base string) string {
 	return base + ".node" + strconv.Itoa(rank/plan.RanksPerNode)
 }
 
-// avoidTaken moves the load to an unguessable sibling of base, the same on
-// every node, when another user holds Dest on some node (W6). Rank 0 draws
-// the name; nobody could have made it in advance.
-func (l *leader) avoidTaken(base string) error {
+// avoidTaken claims Dest on every leader and moves the load to an
+// unguessable sibling of base, the same on every node, when another user
+// holds Dest on some node (W6). Rank 0 draws the name; nobody could have
+// made it in advance.
+//
+// The claim (Dest made now, empty and private) comes before anything
+// shows the name in a directory others can list (the staging's temporary
+// sibling): once it is ours, nobody else can make it during the load (S4
+// of the 2026-12-01 review: then the install failed). The install
+// replaces it (rename(2) replaces an empty directory); a failed load
+// removes it.
+func (l *leader) avoidTaken(base string) (err error) {
 	var taken int64
-	if l.sum.Leader && takenByOther(l.plan.Dest) {
-		taken = 1
+	if l.sum.Leader {
+		mkErr := os.Mkdir(l.plan.Dest, 0o700)
+		switch {
+		case mkErr == nil:
+			l.madeDest = true
+		case errors.Is(mkErr, fs.ErrExist) && takenByOther(l.plan.Dest):
+			taken = 1
+		}
+		// Any other error (a missing parent, which Stage makes, private;
+		// one we cannot write) is Stage's to report.
 	}
+	defer func() {
+		if err != nil {
+			l.unclaim()
+		}
+	}()
 	n, err := l.world.AllreduceInt64(taken, mpi.Sum)
 	if err != nil {
 		return commErr("destination check", err)
@@ -464,16 +486,22 @@ func (l *leader) avoidTaken(base string) error {
 	if err := l.world.Bcast(buf, 0); err != nil {
 		return commErr("destination check", err)
 	}
+	l.unclaim() // not used: nothing is left under the guessable name
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
 	l.plan.Dest = fakeNodeDest(l.plan, l.world.Rank(), base+"-"+hex.EncodeToString(buf))
 	l.sum.Dest = l.plan.Dest
-	// Made now, empty and private, before any temporary sibling shows
-	// the name in a directory others can list: nobody can take it first.
-	// The install then replaces it (rename(2) replaces an empty directory).
 	if l.sum.Leader && os.Mkdir(l.plan.Dest, 0o700) == nil {
 		l.madeDest = true
 	}
 	return nil
+}
+
+// unclaim removes the Dest avoidTaken made, if it is still empty.
+func (l *leader) unclaim() {
+	if l.madeDest {
+		os.Remove(l.plan.Dest)
+		l.madeDest = false
+	}
 }
 
 // takenByOther reports whether dest exists and is not the caller's.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,6 +269,7 @@ func TestRunGuessableDestTaken(t *testing.T) {
 				t.Fatal(err)
 			}
 			os.Chown(theirs, 65534, 65534)
+			os.Mkdir(filepath.Join(base, "n0"), 0o755) // there node 0 claims its Dest, then moves
 			var corrupt map[int]func([]byte)
 			if c.damaged {
 				// The body: the fourth broadcast here, after the
@@ -319,6 +322,7 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			if ents, _ := os.ReadDir(theirs); len(ents) != 0 {
 				t.Fatalf("the other user's directory was written into: %v", ents)
 			}
+			nothingUnder(t, filepath.Join(base, "n0"), "dest"+suffix) // node 0's claim of the guessable name is gone
 		})
 	}
 }
@@ -368,4 +372,198 @@ func TestRunForceKeepsBundle(t *testing.T) {
 	}
 	nothingUnder(t, filepath.Dir(dest(0)), "dest")
 	nothingUnder(t, filepath.Dir(dest(1)), "dest")
+}
+
+// TestRunDestCreatedDuringLoad: another user who makes the default Dest
+// while it is being staged (its temporary sibling shows the name), with a
+// file in it, can no longer make the load fail (S4 of the 2026-12-01
+// review): every leader claimed Dest before staging. A load that fails
+// leaves no claimed Dest behind. An explicit Dest has no claim; then the
+// install fails saying what happened.
+func TestRunDestCreatedDuringLoad(t *testing.T) {
+	_, file := testBundle(t)
+	nodes := []int{0, 0, 1, 1}
+	for _, c := range []struct {
+		name               string
+		guessable, damaged bool
+	}{{"default dest", true, false}, {"default dest, load fails", true, true}, {"explicit dest", false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			if !c.guessable && os.Geteuid() != 0 {
+				t.Skip("needs root to make a directory of another user")
+			}
+			base := t.TempDir()
+			dest := func(node int) string { return filepath.Join(base, fmt.Sprintf("n%d", node), "dest") }
+			for _, n := range []int{0, 1} { // each node's /tmp
+				if err := os.Mkdir(filepath.Dir(dest(n)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var made error = errors.New("the hook did not run")
+			// Node 1's leader, between its staging and the install.
+			other := func() map[string]string {
+				made = os.Mkdir(dest(1), 0o755)
+				if made == nil {
+					os.WriteFile(filepath.Join(dest(1), "theirs"), []byte("x"), 0o644)
+					if os.Geteuid() == 0 {
+						os.Chown(filepath.Join(dest(1), "theirs"), 65534, 65534)
+						os.Chown(dest(1), 65534, 65534)
+					}
+				}
+				return nil
+			}
+			var corrupt map[int]func([]byte)
+			if c.damaged {
+				corrupt = map[int]func([]byte){2: flipLast()}
+			}
+			sums, errs := run(t, nodes, func(rank int) load.Plan {
+				p := load.Plan{Bundle: file, Dest: dest(nodes[rank]), Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: c.guessable}
+				if rank == 2 {
+					p.HostInfo = other
+				}
+				return p
+			}, corrupt)
+			switch {
+			case c.damaged:
+				for r, err := range errs {
+					if !errors.Is(err, broadcast.ErrNoBundle) {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				nothingUnder(t, filepath.Join(base, "n1"))
+			case c.guessable:
+				if !errors.Is(made, os.ErrExist) {
+					t.Errorf("another user could make Dest during the load: %v", made)
+				}
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+					if s := sums[r]; s.Dest != dest(nodes[r]) || s.Taken != "" {
+						t.Fatalf("rank %d: Dest %q Taken %q", r, s.Dest, s.Taken)
+					}
+					if _, err := os.Stat(filepath.Join(dest(nodes[r]), bundle.InstalledMarker)); err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+			default:
+				if made != nil {
+					t.Fatalf("the hook could not make Dest: %v", made)
+				}
+				for r, err := range errs {
+					if err == nil || !strings.Contains(err.Error(), "kbn1 (ranks 2-3): "+dest(1)+": destination refused: another user, uid 65534") ||
+						!strings.Contains(err.Error(), "created it during the load") {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				nothingUnder(t, filepath.Join(base, "n0"))
+				nothingUnder(t, filepath.Join(base, "n1"), "dest")
+				nothingUnder(t, dest(1), "theirs")
+			}
+		})
+	}
+}
+
+// TestRunDestRacedByRealUser is TestRunDestCreatedDuringLoad with real
+// users, as the review's reproducer: the load runs as uid 65534 (this test
+// binary, copied and run again), Dest's parent is a root-owned sticky
+// directory (as /tmp), and this process, as root, creates Dest for uid
+// 65533 as soon as a temporary appears there. Needs root.
+func TestRunDestRacedByRealUser(t *testing.T) {
+	if os.Getenv("KBUNDLE_TEST_LOAD_AS_USER") != "" {
+		return // the child's own run of this test: see TestRunAsUserChild
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run as other users")
+	}
+	_, file := testBundle(t)
+	top, err := os.MkdirTemp("", "kbundle-race-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(top)
+	tmp := filepath.Join(top, "tmp")
+	for _, d := range []struct {
+		path string
+		mode os.FileMode
+	}{{top, 0o755}, {filepath.Join(top, "b"), 0o755}, {tmp, 0o777 | os.ModeSticky}} {
+		if err := os.MkdirAll(d.path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d.path, d.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := os.ReadFile(file)
+	bundleFile := filepath.Join(top, "b", "cache.kbundle")
+	exe := filepath.Join(top, "b", "load.test")
+	self, _ := os.ReadFile(os.Args[0])
+	if os.WriteFile(bundleFile, b, 0o644) != nil || os.WriteFile(exe, self, 0o755) != nil {
+		t.Fatal("cannot copy the bundle and the test binary")
+	}
+	raced := 0
+	for i := 0; i < 5 && raced < 2; i++ {
+		dest := filepath.Join(tmp, fmt.Sprintf("kbundle-nobody-%d", i))
+		stop := make(chan struct{})
+		made := make(chan error, 1)
+		go func() { // the other user: poll for a temporary, then make Dest
+			for {
+				select {
+				case <-stop:
+					made <- nil
+					return
+				default:
+				}
+				ents, _ := os.ReadDir(tmp)
+				for _, e := range ents {
+					if strings.Contains(e.Name(), ".kbundle-tmp-") {
+						err := os.Mkdir(dest, 0o755)
+						if err == nil {
+							os.Chown(dest, 65533, 65533)
+							err = errors.New("made it")
+						}
+						made <- err
+						return
+					}
+				}
+			}
+		}()
+		cmd := exec.Command(exe, "-test.run=^TestRunAsUserChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "KBUNDLE_TEST_LOAD_AS_USER=1", "KBUNDLE_TEST_BUNDLE="+bundleFile, "KBUNDLE_TEST_DEST="+dest)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.CombinedOutput()
+		close(stop)
+		got := <-made
+		if got == nil {
+			t.Logf("run %d: the load ended before a temporary showed", i)
+			continue
+		}
+		raced++
+		if err != nil || !errors.Is(got, os.ErrExist) {
+			t.Fatalf("run %d: the other user's mkdir: %v; the load: %v\n%s", i, got, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dest, bundle.InstalledMarker)); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if raced == 0 {
+		t.Skip("no run showed a temporary before the load ended")
+	}
+}
+
+// TestRunAsUserChild is the load TestRunDestRacedByRealUser runs as
+// another user.
+func TestRunAsUserChild(t *testing.T) {
+	if os.Getenv("KBUNDLE_TEST_LOAD_AS_USER") == "" {
+		t.Skip("run by TestRunDestRacedByRealUser")
+	}
+	c := broadcasttest.World(0)[0]
+	s, err := load.Run(context.Background(), c, load.Plan{Bundle: os.Getenv("KBUNDLE_TEST_BUNDLE"),
+		Dest: os.Getenv("KBUNDLE_TEST_DEST"), GuessableDest: true, Host: "h"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Taken != "" {
+		t.Fatalf("moved to %s: the name was taken before the load", s.Dest)
+	}
 }

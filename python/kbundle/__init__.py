@@ -1,7 +1,7 @@
 """kbundle: start an MPI job with a warm compiled-kernel (JIT) cache.
 
-Call :func:`load_bundle` on every rank, before the first kernel is
-compiled::
+Call :func:`load_bundle` on every rank, before importing the framework
+(Numba and JAX read their cache variable at import)::
 
     from mpi4py import MPI
     from kbundle import load_bundle

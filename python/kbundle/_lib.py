@@ -4,12 +4,16 @@ that matches the MPI library mpi4py uses."""
 from __future__ import annotations
 
 import ctypes
+import grp
 import os
+import pwd
+import re
+import stat
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Set, Tuple
 
-from ._errors import KbundleMPIError
+from ._errors import KbundleMPIError, KbundleUsageError
 
 #: Where ``make python`` puts the libraries, inside the package.
 LIB_DIR = Path(__file__).resolve().parent / "lib"
@@ -42,42 +46,56 @@ def family(version: str) -> str:
 
 def path_for(version: str) -> Path:
     """The library for the MPI whose version text is given, or
-    $KBUNDLE_LIBRARY."""
+    $KBUNDLE_LIBRARY (made absolute: a bare name would make dlopen search
+    LD_LIBRARY_PATH instead of loading the file checked)."""
     override = os.environ.get("KBUNDLE_LIBRARY")
     if override:
-        return Path(override)
+        return Path(os.path.abspath(override))
     return LIB_DIR / f"libkbundle-{family(version)}.so"
+
+
+#: The functions of libkbundle the package calls.
+_SYMBOLS = ("kbundle_load", "kbundle_mpi_family", "kbundle_free")
 
 
 def library(version: str) -> ctypes.CDLL:
     """Loads (once per process) the libkbundle for the MPI whose
     MPI_Get_library_version text is version, and checks that it was built
-    for that MPI's ABI."""
+    for that MPI's ABI. The library runs in this process like the kernels
+    of a bundle, so it must pass the bundle's trust rules (see
+    open_trusted) before anything of it runs."""
     global _loaded, _loaded_path
     with _lock:
         if _loaded is not None:
             return _loaded
-        path = path_for(version)
-        if not path.is_file():
-            raise KbundleMPIError(
-                "mpi",
-                f"{path}: no such library (kbundle's Go code built for this MPI)",
-                "hint: build it with `make python` in kbundle's source tree, "
-                "then `pip install ./python` again",
-            )
+        path, fd = open_trusted(path_for(version))
         try:
-            lib = ctypes.CDLL(str(path))
+            # The descriptor checked is the file loaded: no path is looked
+            # up again (ld.so keeps the file mapped once it is closed).
+            lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
         except OSError as e:
             raise KbundleMPIError("mpi", f"{path}: cannot load: {e}", "") from e
-        lib.kbundle_load.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
-        lib.kbundle_load.restype = ctypes.c_void_p
-        lib.kbundle_mpi_family.argtypes = []
-        lib.kbundle_mpi_family.restype = ctypes.c_void_p
-        lib.kbundle_free.argtypes = [ctypes.c_void_p]
-        lib.kbundle_free.restype = None
+        finally:
+            os.close(fd)
+        try:
+            load, mpi_family, free = (getattr(lib, name) for name in _SYMBOLS)
+        except AttributeError as e:
+            missing = next(n for n in _SYMBOLS if not hasattr(lib, n))
+            raise KbundleMPIError(
+                "mpi",
+                f"{path} is not a libkbundle (it has no function {missing})",
+                "hint: build it with `make python` in kbundle's source tree"
+                + (", or unset KBUNDLE_LIBRARY" if os.environ.get("KBUNDLE_LIBRARY") else ""),
+            ) from e
+        load.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
+        load.restype = ctypes.c_void_p
+        mpi_family.argtypes = []
+        mpi_family.restype = ctypes.c_void_p
+        free.argtypes = [ctypes.c_void_p]
+        free.restype = None
         # The library's MPI calls bind to the libmpi mpi4py loaded: they
         # must be of the same ABI family, or the first handle crashes.
-        built = take_string(lib, lib.kbundle_mpi_family())
+        built = take_string(lib, mpi_family())
         ompi = "Open MPI" in version
         if built not in ("openmpi", "mpich") or (built == "openmpi") != ompi:
             first = " ".join(version.replace("\x00", " ").split()[:3]) or "an unknown MPI"
@@ -89,6 +107,90 @@ def library(version: str) -> ctypes.CDLL:
             )
         _loaded, _loaded_path = lib, str(path)
         return lib
+
+
+def open_trusted(path: Path) -> Tuple[Path, int]:
+    """Opens the library file path (symlinks resolved) for reading and
+    returns its real path and descriptor, after checking the file and the
+    directory that holds it as kbundle checks a bundle (bundle/trust.go):
+    each owned by you or root (or a KBUNDLE_TRUSTED_OWNERS user), not
+    writable by others, nor by its group unless that group is in
+    KBUNDLE_TRUSTED_GROUPS (a root-owned sticky directory such as /tmp may
+    be writable by all). The file is opened in the directory checked,
+    without following a symlink, and checked on its descriptor."""
+    real = Path(os.path.realpath(path))
+    owners, groups = _trusted_ids()
+    try:
+        dfd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            problem = _problem("directory", real.parent, os.fstat(dfd), owners, groups)
+            if problem:
+                raise _untrusted(real, problem)
+            fd = os.open(real.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+    except FileNotFoundError as e:
+        raise KbundleMPIError(
+            "mpi",
+            f"{real}: no such library (kbundle's Go code built for this MPI)",
+            "hint: build it with `make python` in kbundle's source tree, "
+            "then `pip install ./python` again",
+        ) from e
+    except OSError as e:
+        raise KbundleMPIError("mpi", f"{real}: cannot open the library: {e.strerror}", "") from e
+    st = os.fstat(fd)
+    problem = _problem("file", real, st, owners, groups) if stat.S_ISREG(st.st_mode) else "not a regular file"
+    if problem:
+        os.close(fd)
+        raise _untrusted(real, problem)
+    return real, fd
+
+
+def _untrusted(path: Path, problem: str) -> KbundleMPIError:
+    return KbundleMPIError(
+        "mpi",
+        f"{path}: untrusted library: {problem}",
+        "hint: libkbundle runs inside your program: keep it where only you (or root) can write, "
+        "the file and its directory",
+    )
+
+
+def _problem(what: str, path: Path, st: os.stat_result, owners: Set[int], groups: Set[int]) -> str:
+    """Why someone other than you (or root, or a trusted owner or group)
+    could change the file or directory of stat st, or ""."""
+    me = os.getuid()
+    if st.st_uid not in (me, 0) and st.st_uid not in owners:
+        return f"{what} is owned by uid {st.st_uid}, not by you (uid {me}) or root"
+    sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+    perm = stat.S_IMODE(st.st_mode) & 0o777
+    if perm & 0o002 and not sticky:
+        return f"{what} mode {perm:04o} lets others write it; run: chmod go-w {path}"
+    if perm & 0o020 and not sticky and st.st_gid not in groups:
+        return (
+            f"{what} mode {perm:04o} lets others write it; run: chmod go-w {path} (its group {st.st_gid} can "
+            "write it; to trust a project group, see KBUNDLE_TRUSTED_GROUPS in docs/troubleshooting.md)"
+        )
+    return ""
+
+
+def _trusted_ids() -> Tuple[Set[int], Set[int]]:
+    """The uids of KBUNDLE_TRUSTED_OWNERS and gids of
+    KBUNDLE_TRUSTED_GROUPS (names or numbers, separated by commas or
+    spaces), as bundle/trust.go reads them."""
+    out: Tuple[Set[int], Set[int]] = (set(), set())
+    lookups: Tuple[Tuple[str, Callable[[str], int]], ...] = (
+        ("KBUNDLE_TRUSTED_OWNERS", lambda n: pwd.getpwnam(n).pw_uid),
+        ("KBUNDLE_TRUSTED_GROUPS", lambda n: grp.getgrnam(n).gr_gid),
+    )
+    for (env, lookup), ids in zip(lookups, out):
+        for n in re.split(r"[, ]+", os.environ.get(env, "")):
+            if not n:
+                continue
+            try:
+                ids.add(int(n) if n.isdigit() else lookup(n))
+            except KeyError:
+                raise KbundleUsageError("usage", f"{env}: {n!r} is not a known name or a number") from None
+    return out
 
 
 def loaded_path() -> str:

