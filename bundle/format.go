@@ -108,6 +108,10 @@ func checkName(name string) error {
 		// Extraction writes the marker itself; a bundle's own would be
 		// truncated into it (root) or stop the extraction (S13).
 		return errf(ErrFormat, "the top-level name %s is reserved for kbundle's install marker", InstalledMarker)
+	case name == tempMarker:
+		// The lock file at the top of every temporary tree, made before
+		// extraction starts: a bundle's own would stop the extraction.
+		return errf(ErrFormat, "the top-level name %s is reserved for the lock file of kbundle's temporary trees", tempMarker)
 	case name == "" || name == ".":
 		return errf(ErrInsecurePath, "empty name")
 	case len(name) > MaxNameLen:

@@ -74,7 +74,40 @@ var (
 	tempsMu sync.Mutex
 	temps   = map[string]*tempEntry{}
 	closing bool
+	// claims are the destinations ClaimDir made, empty, to hold their
+	// names; RemoveTemps removes those still empty.
+	claims = map[string]bool{}
 )
+
+// ClaimDir makes dir, empty and private (0700), so that nobody else can
+// make it before a tree is installed over it (Staged.Install replaces an
+// empty directory of ours). ReleaseClaim removes it again if nothing was
+// installed; RemoveTemps (a signal, a timeout) does too, so that a load
+// ended that way leaves neither a temporary nor an empty DEST (S4, S7).
+// The error is os.Mkdir's, or ErrExiting.
+func ClaimDir(dir string) error {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	if closing {
+		return ErrExiting
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	claims[dir] = true
+	return nil
+}
+
+// ReleaseClaim forgets a directory ClaimDir made, removing it if it is
+// still empty (nothing was installed over it).
+func ReleaseClaim(dir string) {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	if claims[dir] {
+		unix.Rmdir(dir)
+		delete(claims, dir)
+	}
+}
 
 // host returns this machine's host name with '-', '/' and '.' replaced, so
 // it parses back out of a temp name.
@@ -313,6 +346,12 @@ func RemoveTemps() []string {
 		}
 		done = append(done, p)
 		forget(p)
+	}
+	for d := range claims {
+		if unix.Rmdir(d) == nil { // only an empty one: nothing was installed over it
+			done = append(done, d)
+		}
+		delete(claims, d)
 	}
 	return done
 }

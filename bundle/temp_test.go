@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -490,5 +491,36 @@ func TestLongNames(t *testing.T) {
 	}
 	if left := tempsIn(t, dir); len(left) != 0 {
 		t.Errorf("left: %v", left)
+	}
+}
+
+// TestClaimDir: a claimed destination is removed by ReleaseClaim and by
+// RemoveTemps (a signal, a timeout) while still empty, and kept once a
+// tree is in it; after RemoveTemps nothing more can be claimed.
+func TestClaimDir(t *testing.T) {
+	resetClosing(t)
+	dir := t.TempDir()
+	released, empty, full := filepath.Join(dir, "released"), filepath.Join(dir, "empty"), filepath.Join(dir, "full")
+	for _, d := range []string{released, empty, full} {
+		if err := ClaimDir(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fi, err := os.Stat(empty); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("claimed %s: %v %v, want a 0700 directory", empty, fi, err)
+	}
+	if err := ClaimDir(empty); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("claiming %s twice: %v, want ErrExist", empty, err)
+	}
+	ReleaseClaim(released)
+	os.WriteFile(filepath.Join(full, InstalledMarker), nil, 0o600)
+	RemoveTemps()
+	for d, want := range map[string]bool{released: false, empty: false, full: true} {
+		if _, err := os.Stat(d); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", d, err == nil, want)
+		}
+	}
+	if err := ClaimDir(filepath.Join(dir, "late")); !errors.Is(err, ErrExiting) {
+		t.Errorf("ClaimDir after RemoveTemps: %v, want ErrExiting", err)
 	}
 }

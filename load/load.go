@@ -190,11 +190,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 		if err := l.avoidTaken(base); err != nil {
 			return nil, err
 		}
-		defer func() {
-			if err != nil {
-				l.unclaim() // nothing was installed (or it was rolled back)
-			}
-		}()
+		defer l.unclaim() // removed if nothing was installed (or it was rolled back)
 	}
 	restore := func() {}
 	if plan.BorrowNodeCPUs {
@@ -457,7 +453,7 @@ func fakeNodeDest(plan Plan, rank int, base string) string {
 func (l *leader) avoidTaken(base string) (err error) {
 	var taken int64
 	if l.sum.Leader {
-		mkErr := os.Mkdir(l.plan.Dest, 0o700)
+		mkErr := bundle.ClaimDir(l.plan.Dest)
 		switch {
 		case mkErr == nil:
 			l.madeDest = true
@@ -490,16 +486,17 @@ func (l *leader) avoidTaken(base string) (err error) {
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
 	l.plan.Dest = fakeNodeDest(l.plan, l.world.Rank(), base+"-"+hex.EncodeToString(buf))
 	l.sum.Dest = l.plan.Dest
-	if l.sum.Leader && os.Mkdir(l.plan.Dest, 0o700) == nil {
+	if l.sum.Leader && bundle.ClaimDir(l.plan.Dest) == nil {
 		l.madeDest = true
 	}
 	return nil
 }
 
-// unclaim removes the Dest avoidTaken made, if it is still empty.
+// unclaim removes the Dest avoidTaken made, if it is still empty, and
+// forgets it (after an install it holds the tree, and stays).
 func (l *leader) unclaim() {
 	if l.madeDest {
-		os.Remove(l.plan.Dest)
+		bundle.ReleaseClaim(l.plan.Dest)
 		l.madeDest = false
 	}
 }

@@ -567,3 +567,48 @@ func TestRunAsUserChild(t *testing.T) {
 		t.Fatalf("moved to %s: the name was taken before the load", s.Dest)
 	}
 }
+
+// TestRunTimeoutLeavesNothing: a load ended by its timeout (the job is
+// then aborted) leaves neither a temporary tree nor the empty default
+// Dest it claimed (S4, S7 of the 2026-12-01 review). The timeout's
+// RemoveTemps ends the process's kbundle work for good, so the load runs
+// in a child process of this test.
+func TestRunTimeoutLeavesNothing(t *testing.T) {
+	base := os.Getenv("KBUNDLE_TEST_TIMEOUT_CHILD")
+	if base == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRunTimeoutLeavesNothing$", "-test.v")
+		cmd.Env = append(os.Environ(), "KBUNDLE_TEST_TIMEOUT_CHILD="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the load in a child process: %v\n%s", err, out)
+		}
+		return
+	}
+	_, file := testBundle(t)
+	nodes := []int{0, 1}
+	dest := func(node int) string { return filepath.Join(base, fmt.Sprintf("n%d", node), "dest") }
+	for _, n := range nodes {
+		if err := os.Mkdir(filepath.Dir(dest(n)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fired := make(chan string, len(nodes))
+	_, errs := run(t, nodes, func(rank int) load.Plan {
+		p := load.Plan{Bundle: file, Dest: dest(nodes[rank]), Host: fmt.Sprintf("kbn%d", nodes[rank]), GuessableDest: true,
+			Timeout: 300 * time.Millisecond, OnTimeout: func(msg string) { fired <- msg }}
+		if rank == 1 { // a slow node: staged, but not installed before the timeout
+			p.HostInfo = func() map[string]string { time.Sleep(2 * time.Second); return nil }
+		}
+		return p
+	}, nil)
+	if len(fired) == 0 {
+		t.Fatal("the timeout did not fire")
+	}
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d: the load succeeded after its timeout", r)
+		}
+	}
+	for _, n := range nodes {
+		nothingUnder(t, filepath.Dir(dest(n)))
+	}
+}

@@ -467,6 +467,8 @@ func All() []Vector {
 		sortedWith(fileEntry(".kbundle-installed")))
 	add("name-reserved-marker-dir", ErrFormat, StageOpen, "a top-level directory named .kbundle-installed (reserved: kbundle's install marker)",
 		sortedWith(raw.Entry{Name: ".kbundle-installed", Kind: raw.KindDir, Mode: 0o755}))
+	add("name-reserved-temporary", ErrFormat, StageOpen, "a top-level file named .kbundle-temporary (reserved: the lock file of kbundle's temporary trees)",
+		sortedWith(fileEntry(".kbundle-temporary")))
 	addOK("valid-nested-marker-name", "a file named .kbundle-installed below the top (only the top-level name is reserved)",
 		Meta, []raw.File{
 			{Name: "d", Dir: true, Mode: 0o755, Sec: 1700000000},
