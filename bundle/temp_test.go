@@ -40,9 +40,8 @@ func fill(t *testing.T, dir string) {
 	os.Chmod(sub, 0o500)
 }
 
-// liveTree makes a temporary tree as Stage does; it stays locked (its
-// process lives) until the test ends.
-func liveTree(t *testing.T, dir string) string {
+// filledTree makes a temporary tree as Stage does, and fills it.
+func filledTree(t *testing.T, dir string) string {
 	t.Helper()
 	p, _, done, err := newTempDir(context.Background(), dir)
 	if err != nil {
@@ -50,6 +49,14 @@ func liveTree(t *testing.T, dir string) string {
 	}
 	done()
 	fill(t, p)
+	return p
+}
+
+// liveTree makes a temporary tree as Stage does; it stays locked (its
+// process lives) until the test ends.
+func liveTree(t *testing.T, dir string) string {
+	t.Helper()
+	p := filledTree(t, dir)
 	t.Cleanup(func() { dropTemp(p) })
 	return p
 }
@@ -58,12 +65,7 @@ func liveTree(t *testing.T, dir string) string {
 // killed process would: its lock is released, the tree stays.
 func staleTree(t *testing.T, dir string) string {
 	t.Helper()
-	p, _, done, err := newTempDir(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done()
-	fill(t, p)
+	p := filledTree(t, dir)
 	tempsMu.Lock()
 	temps[p].lock.Close()
 	delete(temps, p)

@@ -62,16 +62,7 @@ func TestScriptsKeepUserDirectory(t *testing.T) {
 	t.Run("pbs", func(t *testing.T) {
 		base := append(pbsEnv(t, dir, 2), "KBUNDLE_PRESET=tack", "KBUNDLE_APP="+app)
 		base = append(base, testutil.MPIEnv...)
-		for _, c := range []struct {
-			name, script string
-			v            testutil.Variant
-			env          []string
-		}{
-			{"pals", "scripts/pbs/kbundle-run-pals.pbs", testutil.MPICH,
-				[]string{"PATH=" + repoPath("test/slurm/testdata/pals") + ":" + os.Getenv("PATH")}},
-			{"openmpi", "scripts/pbs/kbundle-run-openmpi.pbs", testutil.OpenMPI,
-				[]string{"KBUNDLE_MPIRUN=mpirun.openmpi", "KBUNDLE_MPIRUN_ARGS=--oversubscribe --allow-run-as-root"}},
-		} {
+		for _, c := range pbsRunScripts() {
 			t.Run(c.name, func(t *testing.T) {
 				mine := filepath.Join(dir, "mydata-"+c.name)
 				intact := userDir(t, mine)

@@ -43,6 +43,26 @@ func pbsEnv(t *testing.T, dir string, nranks int) []string {
 	}
 }
 
+// pbsRun is a PBS production script, the kbundle build it runs and what
+// its launcher needs here.
+type pbsRun struct {
+	name, script string
+	v            testutil.Variant
+	env          []string
+}
+
+// pbsRunScripts are the PBS production scripts: kbundle-run-pals.pbs with
+// an MPICH build and the PALS mpiexec stand-in, kbundle-run-openmpi.pbs
+// with an Open MPI build and the real mpirun.openmpi.
+func pbsRunScripts() []pbsRun {
+	return []pbsRun{
+		{"pals", "scripts/pbs/kbundle-run-pals.pbs", testutil.MPICH,
+			[]string{"PATH=" + repoPath("test/slurm/testdata/pals") + ":" + os.Getenv("PATH")}},
+		{"openmpi", "scripts/pbs/kbundle-run-openmpi.pbs", testutil.OpenMPI,
+			[]string{"KBUNDLE_MPIRUN=mpirun.openmpi", "KBUNDLE_MPIRUN_ARGS=--oversubscribe --allow-run-as-root"}},
+	}
+}
+
 // TestPBSScripts runs the PBS scripts as PBS would (bash on the first node
 // of the job, in pbsEnv) without a PBS server, which is not installable
 // here:
@@ -84,16 +104,7 @@ func TestPBSScripts(t *testing.T) {
 	damaged := filepath.Join(dir, "damaged.kbundle")
 	damage(t, bundle, damaged)
 
-	for _, c := range []struct {
-		name, script string
-		v            testutil.Variant
-		env          []string
-	}{
-		{"pals", "scripts/pbs/kbundle-run-pals.pbs", testutil.MPICH,
-			[]string{"PATH=" + repoPath("test/slurm/testdata/pals") + ":" + os.Getenv("PATH")}},
-		{"openmpi", "scripts/pbs/kbundle-run-openmpi.pbs", testutil.OpenMPI,
-			[]string{"KBUNDLE_MPIRUN=mpirun.openmpi", "KBUNDLE_MPIRUN_ARGS=--oversubscribe --allow-run-as-root"}},
-	} {
+	for _, c := range pbsRunScripts() {
 		t.Run(c.name, func(t *testing.T) {
 			env := append(append(base[:len(base):len(base)], c.env...), "KBUNDLE="+testutil.Kbundle(t, c.v))
 			script := repoPath(c.script)
