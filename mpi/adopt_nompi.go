@@ -16,3 +16,6 @@ func FromFortran(f int64) (*Comm, error) { return nil, errNoMPI }
 
 // BuildFamily is "none": this build has no MPI.
 func BuildFamily() string { return "none" }
+
+// BuildHeader is "none": this build has no MPI.
+func BuildHeader() string { return "none" }

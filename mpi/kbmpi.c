@@ -256,9 +256,13 @@ int kb_library_version(char *buf, int buflen) {
 	return rc;
 }
 
-// kb_build_family names the MPI this code was compiled against.
+// kb_build_family names the MPI ABI this code was compiled against: the
+// MPI-5 standard ABI (mpicc_abi: mpi.h defines MPI_ABI_VERSION), Open
+// MPI's, or MPICH's (libmpi.so.12: MPICH, Intel MPI, MVAPICH, Cray MPICH).
 const char *kb_build_family(void) {
-#if defined(OPEN_MPI)
+#if defined(MPI_ABI_VERSION)
+	return "mpi-abi";
+#elif defined(OPEN_MPI)
 	return "openmpi";
 #elif defined(MPICH_VERSION) || defined(MPICH)
 	return "mpich";
@@ -288,7 +292,9 @@ int kb_runtime_is_build(void) {
 	}
 	v[sizeof runtime_version - 1] = '\0';
 	ompi = strstr(v, "Open MPI") != NULL;
-#if defined(OPEN_MPI)
+#if defined(MPI_ABI_VERSION)
+	return 1; // libmpi_abi.so: every library of the standard ABI has the same handles
+#elif defined(OPEN_MPI)
 	return ompi;
 #else
 	return !ompi; // MPICH and the MPIs of its ABI (Intel MPI, Cray MPICH, ...)
@@ -333,7 +339,13 @@ int kb_adopt(int *provided, int *required, int *flag) {
 // caller's stays untouched) and stores the copy, with MPI_ERRORS_RETURN.
 // Collective over that communicator.
 int kb_dup_f(int64_t f, int *newh) {
+#if defined(MPI_ABI_VERSION)
+	// The standard ABI has no MPI_Fint in C: its integer handles are
+	// MPI_Comm_toint's (MPI 5.0, 19.3.4).
+	MPI_Comm c = MPI_Comm_fromint((int)f), n = MPI_COMM_NULL;
+#else
 	MPI_Comm c = MPI_Comm_f2c((MPI_Fint)f), n = MPI_COMM_NULL;
+#endif
 	int rc, inter = 0;
 	*newh = -1;
 	if (c == MPI_COMM_NULL) {
@@ -348,4 +360,24 @@ int kb_dup_f(int64_t f, int *newh) {
 	}
 	rc = MPI_Comm_dup(c, &n);
 	return rc != MPI_SUCCESS ? rc : adopt(n, newh);
+}
+
+#define KB_STR2(x) #x
+#define KB_STR(x) KB_STR2(x)
+
+// kb_build_header names the mpi.h this code was compiled with.
+const char *kb_build_header(void) {
+#if defined(MPI_ABI_VERSION) && defined(MPICH_VERSION)
+	return "MPI ABI " KB_STR(MPI_ABI_VERSION) "." KB_STR(MPI_ABI_SUBVERSION) " (mpi.h of MPICH " MPICH_VERSION ")";
+#elif defined(MPI_ABI_VERSION)
+	return "MPI ABI " KB_STR(MPI_ABI_VERSION) "." KB_STR(MPI_ABI_SUBVERSION);
+#elif defined(OPEN_MPI)
+	return "Open MPI " KB_STR(OMPI_MAJOR_VERSION) "." KB_STR(OMPI_MINOR_VERSION) "." KB_STR(OMPI_RELEASE_VERSION);
+#elif defined(I_MPI_VERSION)
+	return "Intel MPI " I_MPI_VERSION;
+#elif defined(MPICH_VERSION)
+	return "MPICH " MPICH_VERSION;
+#else
+	return "unknown MPI";
+#endif
 }

@@ -15,6 +15,7 @@
 #define KB_ERR_ABI (-3)
 
 int kb_success(void);
+const char *kb_build_header(void);
 int kb_init(int *provided, int *required);
 int kb_finalize(void);
 int kb_rank(int h, int *rank);

@@ -37,6 +37,8 @@ func init() {
 			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
 			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
+			"A build that cannot join the launcher's MPI job (built for another MPI, or\n" +
+			"without MPI, or the wrong srun --mpi=) exits 2 unless --per-task is given.\n" +
 			"A failure on any node installs nothing on every node; the message names the\n" +
 			"failing hosts and their ranks.",
 		Flags: []cli.Flag{
@@ -50,6 +52,7 @@ func init() {
 			jobsFlag,
 			quietFlag,
 			timeoutFlag(loadcmd.DefaultTimeout, "end the load (MPI_Abort) if it has not finished by then: a node or link is down"),
+			&cli.BoolFlag{Name: "per-task", Usage: "when this build cannot join the launcher's MPI job (another MPI's build, no MPI, the wrong srun --mpi=), let each task load alone instead of exiting 2"},
 		},
 		Action: loadAction,
 	})
@@ -166,6 +169,9 @@ func loadAction(c *cli.Context) error {
 		l.warnf("%v", derr)
 	}
 
+	if err := l.mismatch(det, 0); err != nil {
+		return err
+	}
 	if mpi.Enabled && (det.MPI || derr != nil) {
 		return l.withMPI(det, path)
 	}
@@ -198,6 +204,9 @@ func (l *loader) withMPI(det detect.Result, path string) (err error) {
 		}
 	}()
 	w := mpi.World()
+	if err := l.mismatch(det, w.Size()); err != nil {
+		return err
+	}
 	l.rank, l.speaker = w.Rank(), w.Rank() == 0
 	if det.Size != detect.Unknown || det.MPI {
 		if msg := detect.CheckComm(det, w.Rank(), w.Size()); msg != "" {

