@@ -370,3 +370,18 @@ func (c *Comm) Free() error {
 	}
 	return call("MPI_Comm_free", func() C.int { return C.kb_free(C.int(c.h)) })
 }
+
+// Exit ends the process with code. After MPI was initialised it leaves
+// through the C library's exit, not os.Exit: the MPI library's atexit
+// handlers run, and MPICH 5's PMI client tells its process manager that
+// this process ended cleanly there. Go's os.Exit skips them, and MPICH
+// 5.0's Hydra then takes the first rank to exit for a failed one and
+// kills the others (the job ends with 9).
+func Exit(code int) {
+	if state.Load() == stateNew {
+		os.Exit(code)
+	}
+	os.Stdout.Sync()
+	os.Stderr.Sync()
+	C.exit(C.int(code))
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
 
@@ -140,7 +141,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 }
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	mpi.Exit(run(os.Args, os.Stdout, os.Stderr)) // through the C library once MPI ran: see mpi.Exit
 }
 
 // interrupted is the cause of a command's cancellation by a signal. It

@@ -116,7 +116,6 @@ func TestRuntimeLoad(t *testing.T) {
 			}
 			for _, np := range []int{1, 2, 4} {
 				t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
-					knownMPICH5(t, rt, np)
 					dest := filepath.Join(t.TempDir(), "dest")
 					wrap, dir := tracedWrapper(t, true)
 					so, se, code := testutil.RunRuntime(t, rt, np, nil, wrap, kb, "load", "--bundle", file, "--to", dest)
@@ -137,22 +136,8 @@ func TestRuntimeLoad(t *testing.T) {
 	}
 }
 
-// knownMPICH5 skips an open finding: kbundle's MPICH build (Debian's
-// mpicc.mpich) under MPICH 5.0.2's Hydra with 2 or more ranks loads
-// (DEST complete, each rank's own status right) but Hydra then often
-// SIGKILLs the ranks still running once the first exits, and the job
-// ends with 9 (every time at -np 4 with -q, now and then at -np 2; np 1
-// passes; a C program finalising at different times per rank does not
-// show it). Not yet explained; docs/usage.md says so.
-func knownMPICH5(t *testing.T, rt testutil.Runtime, np int) {
-	t.Helper()
-	if rt.Name == "mpich5" && rt.Build == testutil.MPICH && np > 1 {
-		t.Skip("KNOWN: MPICH 5.0.2's Hydra kills kbundle's other ranks after the first exits (exit 9); see knownMPICH5")
-	}
-}
-
 // TestRuntimeUnusable: a bit-flipped bundle under each PyPI runtime (np
-// 4; not MPICH 5, see knownMPICH5): every rank exits 3, rank 0's reason
+// 4): every rank exits 3, rank 0's reason
 // once, nothing at DEST.
 func TestRuntimeUnusable(t *testing.T) {
 	tree := makeTree(t)
@@ -166,7 +151,6 @@ func TestRuntimeUnusable(t *testing.T) {
 			os.MkdirAll(filepath.Dir(dest), 0o700)
 			args := c.setup(t, file, dest)
 			np := 4
-			knownMPICH5(t, rt, np)
 			wrap, codes := tracedWrapper(t, false)
 			so, se, code := testutil.RunRuntime(t, rt, np, keepGoing, append([]string{wrap, kb, "load", "--to", dest}, args...)...)
 			settledCodes(t, codes, np, c.code, se)
@@ -199,7 +183,6 @@ func TestABIFamilies(t *testing.T) {
 			rt.Build = f.build
 			t.Run(string(f.build)+"/"+name, func(t *testing.T) {
 				testutil.NeedRuntime(t, rt)
-				knownMPICH5(t, rt, 2)
 				kb := testutil.Kbundle(t, f.build)
 				so, se, code := testutil.RunRuntime(t, rt, 1, nil, kb, "version")
 				if code != 0 || !strings.Contains(so, "mpi: "+rt.Library) || !strings.Contains(so, "abi: "+f.abi+" ") {
