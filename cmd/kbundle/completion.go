@@ -38,7 +38,6 @@ func init() {
 		Name:      "man",
 		Usage:     "print kbundle's man page (roff), generated from the command definitions",
 		UsageText: "kbundle man > kbundle.1",
-		Hidden:    true,
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit("man takes no arguments", exitUsage)

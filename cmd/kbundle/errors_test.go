@@ -51,3 +51,20 @@ func TestExitFor(t *testing.T) {
 		}
 	}
 }
+
+func TestHideTemps(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"open", "cannot write the bundle: open /tmp/x/.x.kbundle.kbundle-tmp-vm-26025-2861013145: no such file or directory",
+			"cannot write the bundle: cannot create a temporary in /tmp/x: no such file or directory"},
+		{"mkdir", "cannot extract into /w/ro: mkdir /w/ro/.kbundle-tmp-vm-3007-2454492949: permission denied",
+			"cannot extract into /w/ro: cannot create a temporary in /w/ro: permission denied"},
+		{"rename", "rename .d.kbundle-tmp-h-1-2 d: busy", "a temporary in . d: busy"},
+		{"none", "open /tmp/x: no such file", "open /tmp/x: no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := hideTemps(tc.in); got != tc.want {
+				t.Errorf("hideTemps(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}

@@ -78,7 +78,7 @@ func warm(c *cli.Context) error {
 		}
 		if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
 			if filepath.Dir(out) != dir { // DIR itself is created below
-				return cli.Exit(fmt.Sprintf("cannot write bundle %s: its directory does not exist", out), exitUsage)
+				return noOutputDir(out)
 			}
 		}
 	} else if c.IsSet("output") {
