@@ -34,24 +34,6 @@ func init() {
 			return cli.Exit(fmt.Sprintf("no completion for shell %q: want bash or zsh", safe(a[0])), exitUsage)
 		},
 	})
-	register(&cli.Command{
-		Name:      "man",
-		Usage:     "print kbundle's man page (roff), generated from the command definitions",
-		UsageText: "kbundle man > kbundle.1",
-		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return cli.Exit("man takes no arguments", exitUsage)
-			}
-			page, err := newApp(nil, nil).ToManWithSection(1)
-			if err != nil {
-				return err
-			}
-			// urfave/cli's synopsis lists global flags only: say how to call it.
-			page = strings.Replace(page, ".SH SYNOPSIS\nkbundle\n", ".SH SYNOPSIS\n\\fBkbundle\\fP \\fICOMMAND\\fP [\\fIflags\\fP] [\\fIarguments\\fP]\n.br\n\\fBkbundle help\\fP \\fICOMMAND\\fP\n", 1)
-			_, err = io.WriteString(c.App.Writer, page)
-			return err
-		},
-	})
 }
 
 // flagValues are the words a flag's value completes to: the preset and
