@@ -25,6 +25,10 @@ func init() {
 			if c.App.Command(name) == nil {
 				return unknownCommand(c.App, name)
 			}
+			if cmd := c.App.Command(name); cmd.HideHelp { // ls: its -h is not help
+				cli.HelpPrinter(c.App.Writer, cli.CommandHelpTemplate, cmd)
+				return nil
+			}
 			return cli.ShowCommandHelp(c.Lineage()[1], name)
 		},
 	})
