@@ -31,7 +31,7 @@ func TestExitFor(t *testing.T) {
 		{"newer version", bundle.ErrVersion, exitUnusable, "upgrade"},
 		{"hostile", bundle.ErrInsecurePath, exitUnusable, "do not use it"},
 		{"extract: dest parent missing", atDest(mkdir), exitError, "destination, not the bundle"},
-		{"extract: dest exists", atDest(bundle.ErrExist), exitError, "--force"},
+		{"extract: dest exists", atDest(bundle.ErrExist), exitError, "another destination"},
 		{"extract: dest not writable", atDest(denied), exitError, "not writable by you"},
 		{"extract: damaged stays 3", atDest(bundle.ErrChecksum), exitUnusable, "pack it again"},
 		{"load: rank 0 has no bundle", fmt.Errorf("%w: %w", broadcast.ErrNoBundle, missing), exitUnusable, "create it"},
