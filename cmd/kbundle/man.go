@@ -144,7 +144,7 @@ func manPage(app *cli.App) string {
 		if c.Description != "" {
 			b.WriteString(".PP\n" + roff(c.Description))
 		}
-		for _, f := range c.Flags {
+		for _, f := range commandFlags(c) {
 			if d, ok := f.(cli.DocGenerationFlag); ok {
 				b.WriteString(".TP\n" + flagTerm(d) + "\n" + roff(flagText(d)))
 			}
