@@ -11,7 +11,7 @@ import (
 // FILE DEST` (urfave/cli stops at the first argument). Everything after
 // "--" stays an argument. Commands that run another program (warm: its
 // CMD's flags are its own) are left alone, as is anything before the
-// command's name.
+// command's name. ls's -h is rewritten to --human-readable (lsHuman).
 func flagsFirst(app *cli.App, args []string) []string {
 	i := 1
 	for i < len(args) && strings.HasPrefix(args[i], "-") {
@@ -41,6 +41,8 @@ func flagsFirst(app *cli.App, args []string) []string {
 			dashdash = true
 			rest = append(rest, tail[k+1:]...)
 			k = len(tail)
+		case cmd.Name == "ls" && (a == "-h" || a == "-lh" || a == "-hl"):
+			flags = append(flags, lsHuman(a)...)
 		case len(a) > 1 && a[0] == '-':
 			flags = append(flags, a)
 			name := strings.TrimLeft(a, "-")

@@ -18,10 +18,10 @@ type cleanJSON struct {
 
 func init() {
 	register(&cli.Command{
-		Name:  "clean",
-		Usage: "remove node-local trees that kbundle installed, and the temporaries killed kbundle runs left",
-		UsageText: "kbundle clean [--stale DIR]... [--json] [-q] [DEST...]\n\n" +
-			"Removes each DEST only when kbundle installed it: a directory of yours, not a symlink or a mount point,\n" +
+		Name:      "clean",
+		Usage:     "remove node-local trees that kbundle installed, and the temporaries killed kbundle runs left",
+		UsageText: "kbundle clean [--stale DIR]... [--json] [-q] [DEST...]",
+		Description: "Removes each DEST only when kbundle installed it: a directory of yours, not a symlink or a mount point,\n" +
 			"holding " + bundle.InstalledMarker + " (the rule --force follows). Anything else is refused and left as it is.\n" +
 			"A DEST that does not exist is nothing to do. Then, beside each DEST and in each --stale DIR, it removes\n" +
 			"the temporaries of your kbundle runs on this host that were killed before they could clean up.\n" +

@@ -35,9 +35,10 @@ func atDest(err error) error {
 	return &destError{err}
 }
 
-// forceHint is the hint for a destination that exists.
-const forceHint = "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " +
-	bundle.InstalledMarker + ") is replaced; or choose another destination"
+// forceHint is the hint for a destination that exists. The error itself
+// says what --force does (bundle.ErrExist's text): the hint adds the
+// other way out, rather than saying it twice (U23).
+const forceHint = "hint: or choose another destination"
 
 // exitFor is the one classification of errors for every command: the exit
 // status and a "hint: ..." line telling the user how to fix err ("" when

@@ -31,7 +31,7 @@ func TestExitFor(t *testing.T) {
 		{"newer version", bundle.ErrVersion, exitUnusable, "upgrade"},
 		{"hostile", bundle.ErrInsecurePath, exitUnusable, "do not use it"},
 		{"extract: dest parent missing", atDest(mkdir), exitError, "destination, not the bundle"},
-		{"extract: dest exists", atDest(bundle.ErrExist), exitError, "--force"},
+		{"extract: dest exists", atDest(bundle.ErrExist), exitError, "another destination"},
 		{"extract: dest not writable", atDest(denied), exitError, "not writable by you"},
 		{"extract: damaged stays 3", atDest(bundle.ErrChecksum), exitUnusable, "pack it again"},
 		{"load: rank 0 has no bundle", fmt.Errorf("%w: %w", broadcast.ErrNoBundle, missing), exitUnusable, "create it"},
@@ -49,5 +49,22 @@ func TestExitFor(t *testing.T) {
 		if code != exitUnusable && (strings.Contains(hint, "pack it again") || strings.Contains(hint, "create it")) {
 			t.Errorf("%s: hint %q blames the bundle", tc.name, hint)
 		}
+	}
+}
+
+func TestHideTemps(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"open", "cannot write the bundle: open /tmp/x/.x.kbundle.kbundle-tmp-vm-26025-2861013145: no such file or directory",
+			"cannot write the bundle: cannot create a temporary in /tmp/x: no such file or directory"},
+		{"mkdir", "cannot extract into /w/ro: mkdir /w/ro/.kbundle-tmp-vm-3007-2454492949: permission denied",
+			"cannot extract into /w/ro: cannot create a temporary in /w/ro: permission denied"},
+		{"rename", "rename .d.kbundle-tmp-h-1-2 d: busy", "a temporary in . d: busy"},
+		{"none", "open /tmp/x: no such file", "open /tmp/x: no such file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := hideTemps(tc.in); got != tc.want {
+				t.Errorf("hideTemps(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
 	}
 }

@@ -117,7 +117,7 @@ func installRelocated(st *bundle.Staged, origin string, presets []*warmup.Preset
 	}
 	if err != nil {
 		st.Abort()
-		return nil, cli.Exit(fmt.Sprintf("%s\nkbundle: nothing was installed at %s", safe(err.Error()), safe(st.Dest())), exitError)
+		return nil, cli.Exit(fmt.Sprintf("%s; nothing was installed at %s", safe(err.Error()), safe(st.Dest())), exitError)
 	}
 	if err := st.Install(); err != nil {
 		if aerr := st.Abort(); aerr != nil {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"path"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
 
@@ -12,28 +16,133 @@ func init() {
 	register(&cli.Command{
 		Name:      "ls",
 		Usage:     "list a bundle's entries",
-		UsageText: "kbundle ls FILE [-l]",
+		UsageText: "kbundle ls FILE [PATTERN...] [-l [-h]] [--preset NAME]...",
 		Description: "Prints one name a line, directories with a trailing /. A name holding control\n" +
-			"characters, a newline or invalid UTF-8 is printed Go-quoted (\"a\\nb\").",
-		Flags:  []cli.Flag{&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "show mode, size, mtime and digest"}},
+			"characters, a newline or invalid UTF-8 is printed Go-quoted (\"a\\nb\").\n" +
+			"A PATTERN selects a name, what is under it (numba/ or numba), or the names it\n" +
+			"matches (path.Match: '*/k.ptx'); --preset NAME selects what that framework's\n" +
+			"preset keeps in its subdirectory. With -l, a total goes to stderr (not with -q).",
+		// -h is --human-readable here, as in ls(1) (flagsFirst rewrites it):
+		// help is --help alone.
+		HideHelp: true,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "show mode, size, mtime and digest"},
+			&cli.BoolFlag{Name: "human-readable", Usage: "with -l (-lh): sizes in KiB, MiB, GiB and times to the second (-h)"},
+			&cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, Usage: "only the entries of framework `NAME`'s preset (repeatable)"},
+			quietFlag,
+			&cli.BoolFlag{Name: "help", Usage: "show help"},
+		},
 		Action: lsAction,
 	})
 }
 
+// lsHuman rewrites ls's -h (and -lh, -hl) to --human-readable: -h is
+// help everywhere else.
+func lsHuman(a string) []string {
+	switch a {
+	case "-h":
+		return []string{"--human-readable"}
+	case "-lh", "-hl":
+		return []string{"-l", "--human-readable"}
+	}
+	return []string{a}
+}
+
+// lsFilter selects entries by PATTERN and preset subdirectory.
+type lsFilter struct {
+	patterns []string
+	subdirs  []string
+}
+
+// under reports whether name is dir or inside it.
+func under(name, dir string) bool {
+	dir = strings.TrimSuffix(dir, "/")
+	return name == dir || strings.HasPrefix(name, dir+"/")
+}
+
+func (f *lsFilter) match(name string) bool {
+	if len(f.subdirs) > 0 && !anyOf(f.subdirs, func(d string) bool { return under(name, d) }) {
+		return false
+	}
+	return len(f.patterns) == 0 || anyOf(f.patterns, func(p string) bool {
+		ok, _ := path.Match(p, name)
+		return ok || under(name, p)
+	})
+}
+
+func anyOf(xs []string, f func(string) bool) bool {
+	for _, x := range xs {
+		if f(x) {
+			return true
+		}
+	}
+	return false
+}
+
+// presetSubdirs are the subdirectories of the presets named in values,
+// and of the presets each includes (inductor's includes triton's).
+func presetSubdirs(values []string) ([]string, error) {
+	ps, err := lookupPresets(values)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for len(ps) > 0 {
+		p := ps[0]
+		ps = ps[1:]
+		out = append(out, p.Subdir)
+		for _, n := range p.Includes {
+			q, err := warmup.Lookup(n)
+			if err != nil {
+				return nil, err
+			}
+			ps = append(ps, q)
+		}
+	}
+	return out, nil
+}
+
 func lsAction(c *cli.Context) error {
-	rc, err := openArg(c)
+	if c.NArg() == 0 {
+		return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
+	}
+	filter := &lsFilter{patterns: c.Args().Tail()}
+	for _, p := range filter.patterns {
+		if _, err := path.Match(p, ""); err != nil {
+			return cli.Exit(fmt.Sprintf("pattern %q: %v", safe(p), err), exitUsage)
+		}
+	}
+	var err error
+	if filter.subdirs, err = presetSubdirs(c.StringSlice("preset")); err != nil {
+		return cli.Exit(err.Error(), exitUsage)
+	}
+	trust, err := trustPolicy()
+	if err != nil {
+		return err
+	}
+	rc, err := openBundle(c, c.Args().First(), &bundle.OpenOptions{Trust: trust})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	w := c.App.Writer
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', tabwriter.AlignRight)
+	long, hum := c.Bool("long"), c.Bool("human-readable")
+	var files, dirs int
+	var size int64
 	for _, e := range rc.Entries() {
+		if !filter.match(e.Name) {
+			continue
+		}
 		name := safe(e.Name)
 		if e.Dir {
 			name += "/"
+			dirs++
+		} else {
+			files++
+			size += e.Size
 		}
-		if !c.Bool("long") {
+		if !long {
 			fmt.Fprintln(w, name)
 			continue
 		}
@@ -41,8 +150,21 @@ func lsAction(c *cli.Context) error {
 		if e.Dir {
 			dig = "-"
 		}
-		fmt.Fprintf(tw, "%v\t%d\t %s\t %s\t %s\n", e.Info().Mode(), e.Size,
-			e.ModTime.UTC().Format(time.RFC3339Nano), dig, name)
+		sz, mt := fmt.Sprint(e.Size), e.ModTime.UTC().Format(time.RFC3339Nano)
+		if hum {
+			sz, mt = human(e.Size), e.ModTime.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%v\t%s\t %s\t %s\t %s\n", e.Info().Mode(), sz, mt, dig, name)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if files+dirs == 0 && (len(filter.patterns) > 0 || len(filter.subdirs) > 0) {
+		return cli.Exit(fmt.Sprintf("no entry of %s matches\nkbundle: hint: names are relative to the cache directory (numba/, triton/*/k.json); kbundle ls %s lists them all",
+			safe(c.Args().First()), safe(c.Args().First())), exitError)
+	}
+	if long {
+		say(c, "total: %s and %s, %s", plural(files, "file", "files"), plural(dirs, "directory", "directories"), human(size))
+	}
+	return nil
 }

@@ -6,7 +6,9 @@
 // flags.go (flag definitions), args.go (flags after arguments), open.go
 // (opening the bundle argument), errors.go (exit statuses and hints),
 // output.go (formatting and escaping), progress.go (progress display) and
-// presets.go (the presets command and --preset parsing). Every command
+// presets.go (the presets command and --preset parsing), help.go (the
+// help command, usage errors and "did you mean" suggestions) and man.go
+// (the man page). Every command
 // writes through the app's Writer and ErrWriter, so that run can be
 // called in process with any writers.
 package main
@@ -18,9 +20,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,28 +57,6 @@ func register(c *cli.Command) {
 		c.OnUsageError = usageError
 	}
 	commands = append(commands, c)
-}
-
-// usageError turns urfave/cli's flag errors into exit 2, naming an
-// unknown flag as the user typed it (the flag package always says "-name")
-// and pointing at the command's help.
-func usageError(c *cli.Context, err error, _ bool) error {
-	msg := err.Error()
-	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		typed, _ := c.App.Metadata["args"].([]string)
-		for _, a := range typed {
-			if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
-				msg = "flag provided but not defined: --" + name
-				break
-			}
-		}
-	}
-	if c.Command != nil && c.Command.Name != "" && c.Command.Name != c.App.Name {
-		msg += fmt.Sprintf(" (see kbundle %s --help)", c.Command.Name)
-	} else {
-		msg += " (see kbundle --help)"
-	}
-	return cli.Exit(msg, exitUsage)
 }
 
 func init() {
@@ -124,16 +104,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			"(missing, damaged or untrusted). Flags may come before or after arguments.\n" +
 			"Documentation: " + docsURL,
 		Commands:  commands,
+		Flags:     []cli.Flag{cli.HelpFlag}, // urfave/cli adds it only with its own help command
 		Writer:    stdout,
 		ErrWriter: stderr,
 		Action: func(c *cli.Context) error { // reached without a command, or with an unknown one
 			if c.NArg() > 0 {
-				return cli.Exit(fmt.Sprintf("unknown command %q (see kbundle --help)", c.Args().First()), exitUsage)
+				return unknownCommand(c.App, c.Args().First())
 			}
 			return cli.Exit("usage: kbundle COMMAND [flags] [arguments] (see kbundle --help)", exitUsage)
-		},
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: unknown command %q (see kbundle --help)\n", name)
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // run prints and exits
 		OnUsageError:   usageError,
@@ -164,6 +142,17 @@ func (interrupted) Is(target error) bool { return target == context.Canceled }
 // is given signalGrace; then its temporary files and trees are removed
 // and the process exits 128+N.
 func run(args []string, stdout, stderr io.Writer) int {
+	code, msg := execute(args, stdout, stderr)
+	if msg != "" {
+		fmt.Fprintf(stderr, "kbundle: %s\n", msg)
+	}
+	return code
+}
+
+// execute is run without printing the final message: it returns the exit
+// status and the message ("" for none), so that the tests can check the
+// message's shape (one line of what happened, then at most one hint).
+func execute(args []string, stdout, stderr io.Writer) (int, string) {
 	ctx, stop := context.WithCancelCause(context.Background())
 	defer stop(nil)
 	sigs := make(chan os.Signal, 1)
@@ -191,19 +180,38 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// reported as success, never as "stopped" (S8).
 	if n := got.Load(); n != 0 && err != nil {
 		bundle.RemoveTemps()
-		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
-		return 128 + int(n)
+		return 128 + int(n), interrupted{syscall.Signal(n)}.Error() + "; stopped"
 	}
 	if err == nil {
-		return exitOK
+		return exitOK, ""
 	}
 	code := exitError
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {
 		code = ec.ExitCode()
 	}
-	if msg := err.Error(); msg != "" {
-		fmt.Fprintf(stderr, "kbundle: %s\n", msg)
-	}
-	return code
+	return code, hideTemps(err.Error())
+}
+
+// tempName matches the name of one of kbundle's temporaries
+// (DIR/.NAME.kbundle-tmp-HOST-PID-RANDOM), as an error from the operating
+// system quotes it, with the operation before it.
+var tempName = regexp.MustCompile(`(?:(open|mkdir|mkdirat|openat|rename|remove|unlinkat|lstat|stat) )?(\S*?)/?\.[^\s/]*kbundle-tmp-[^\s:/]*`)
+
+// hideTemps replaces, in a final message, the names of kbundle's
+// temporaries with the directory they were in: the user never made them
+// and cannot act on them.
+func hideTemps(msg string) string {
+	return tempName.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := tempName.FindStringSubmatch(m)
+		dir := sub[2]
+		if dir == "" {
+			dir = "."
+		}
+		switch sub[1] {
+		case "open", "openat", "mkdir", "mkdirat":
+			return "cannot create a temporary in " + dir
+		}
+		return "a temporary in " + dir
+	})
 }

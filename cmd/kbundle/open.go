@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/urfave/cli/v2"
@@ -23,6 +26,28 @@ func openArg(c *cli.Context) (*bundle.ReadCloser, error) {
 	return openBundle(c, a[0], &bundle.OpenOptions{Trust: trust})
 }
 
+// fileMagic is how every bundle starts (docs/FORMAT.md, "Header").
+const fileMagic = "\x89KBNDL\r\n"
+
+// startsWithMagic reports whether the file name starts with fileMagic, or
+// is not a regular file or cannot be read to tell (then the reader's own
+// error stands).
+func startsWithMagic(name string) bool {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO must not block
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return true
+	}
+	b := make([]byte, len(fileMagic))
+	if _, err := io.ReadFull(f, b); err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return true
+	}
+	return string(b) == fileMagic
+}
+
 // openBundle opens the bundle file name, warning on c's stderr when load
 // would refuse it; a directory gets a hint naming the bundle file it
 // probably holds.
@@ -36,6 +61,9 @@ func openBundle(c *cli.Context, name string, opt *bundle.OpenOptions) (*bundle.R
 			warn(c, "extract and load will refuse this bundle: %s", safe(u.Error()))
 		}
 		return rc, nil
+	}
+	if errors.Is(err, bundle.ErrFormat) && !startsWithMagic(name) {
+		return nil, cli.Exit(fmt.Sprintf("%s: not a kbundle file\nkbundle: hint: pass a bundle written by kbundle pack or kbundle warm --pack", safe(name)), exitUnusable)
 	}
 	err = &bundleError{err}
 	if fi, serr := os.Stat(name); serr == nil && fi.IsDir() {

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -68,6 +71,9 @@ func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error
 	}
 	if out == "-" {
 		return nil, cli.Exit("a bundle is written to a file, not to stdout: pass -o FILE (./- for a file named -)", exitUsage)
+	}
+	if d := filepath.Dir(out); !isDir(d) {
+		return nil, noOutputDir(out)
 	}
 	for _, g := range c.StringSlice("exclude") {
 		if _, err := path.Match(g, ""); err != nil {
@@ -196,4 +202,22 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// noOutputDir is the usage error for an output FILE whose directory does
+// not exist.
+func noOutputDir(out string) error {
+	return cli.Exit(fmt.Sprintf("cannot write the bundle %s: directory %s does not exist\n"+
+		"kbundle: hint: create it, or pass -o a file in an existing directory", safe(out), safe(filepath.Dir(out))), exitUsage)
+}
+
+// isDir reports whether p is a directory (following symlinks); a path that
+// cannot be examined (permission denied) counts as one, for the operation
+// itself to report.
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR)
+	}
+	return fi.IsDir()
 }

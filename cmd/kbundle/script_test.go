@@ -36,8 +36,10 @@ func TestMain(m *testing.M) {
 const exitConvention = 99
 
 // checkedRun is run plus the conventions every script relies on: every
-// stderr line starts with "kbundle: " (or is urfave/cli's help text), a
-// failure says something, and nothing panics.
+// stderr line starts with "kbundle: " (or is urfave/cli's help text) and
+// shows no internals (a temporary's name, a strconv error); a failure
+// says something, in one line of what happened and at most one "hint:"
+// line of what to do; and nothing panics.
 func checkedRun(args []string) (code int) {
 	var stderr bytes.Buffer
 	defer func() {
@@ -47,11 +49,25 @@ func checkedRun(args []string) (code int) {
 			code = exitConvention
 		}
 	}()
-	code = run(args, os.Stdout, &stderr)
+	code, msg := execute(args, os.Stdout, &stderr)
+	if msg != "" {
+		fmt.Fprintf(&stderr, "kbundle: %s\n", msg)
+	}
+	if bad := messageShape(msg); bad != "" {
+		fmt.Fprintf(&stderr, "kbundle-test: the final message %s\n", bad)
+		return exitConvention
+	}
 	for _, l := range strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n") {
 		if l != "" && !strings.HasPrefix(l, "kbundle: ") && !strings.HasPrefix(l, "   ") && !helpLine(l) {
 			fmt.Fprintf(&stderr, "kbundle-test: stderr line %q does not start with \"kbundle: \"\n", l)
 			return exitConvention
+		}
+		for _, internal := range []string{"kbundle-tmp-", "strconv."} {
+			// pack names the temporaries it finds in DIR: the user's files.
+			if strings.Contains(l, internal) && !strings.HasSuffix(l, ": a temporary of kbundle's") {
+				fmt.Fprintf(&stderr, "kbundle-test: stderr line %q shows an internal detail (%s)\n", l, internal)
+				return exitConvention
+			}
 		}
 	}
 	if code != 0 && !strings.Contains(stderr.String(), "kbundle: ") {
@@ -59,6 +75,20 @@ func checkedRun(args []string) (code int) {
 		return exitConvention
 	}
 	return code
+}
+
+// messageShape says what is wrong with a final message ("" when nothing):
+// one line of what happened, then at most one line of what to do, which
+// starts with "hint: ".
+func messageShape(msg string) string {
+	lines := strings.Split(msg, "\n")
+	switch {
+	case len(lines) > 2:
+		return fmt.Sprintf("has %d lines, want one and at most a hint", len(lines))
+	case len(lines) == 2 && !strings.HasPrefix(lines[1], "kbundle: hint: "):
+		return fmt.Sprintf("has a second line %q that is not a hint", lines[1])
+	}
+	return ""
 }
 
 // helpLine accepts the headings of the help text urfave/cli prints.

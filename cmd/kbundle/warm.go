@@ -27,10 +27,10 @@ const (
 
 func init() {
 	register(&cli.Command{
-		Name:  "warm",
-		Usage: "run an application once, as one plain process, to fill a cache directory",
-		UsageText: "kbundle warm [--dir DIR] [--preset NAME]... [--pack [-o FILE] [--level NAME]] [--check] -- CMD [ARGS...]\n\n" +
-			"Runs CMD with the presets' variables pointing its JIT framework at DIR and every\n" +
+		Name:      "warm",
+		Usage:     "run an application once, as one plain process, to fill a cache directory",
+		UsageText: "kbundle warm [--dir DIR] [--preset NAME]... [--pack [-o FILE] [--level NAME]] [--check] -- CMD [ARGS...]",
+		Description: "Runs CMD with the presets' variables pointing its JIT framework at DIR and every\n" +
 			"MPI/Slurm/Flux launcher variable removed, then reports what it added to DIR.\n" +
 			"CMD's exit status becomes kbundle's (128+N when signal N ended it; 127 not\n" +
 			"found, 126 not executable). With --pack, DIR is packed afterwards if CMD succeeded.\n" +
@@ -78,7 +78,7 @@ func warm(c *cli.Context) error {
 		}
 		if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
 			if filepath.Dir(out) != dir { // DIR itself is created below
-				return cli.Exit(fmt.Sprintf("cannot write bundle %s: its directory does not exist", out), exitUsage)
+				return noOutputDir(out)
 			}
 		}
 	} else if c.IsSet("output") {
