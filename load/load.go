@@ -87,6 +87,8 @@ type Plan struct {
 	// rank 0) and of each Dest's parent accept besides the user and root
 	// (nil: none).
 	Trust *bundle.TrustPolicy
+	// Job is the job id the install record names ("": none).
+	Job string
 	// RanksPerNode, when above 0, makes every RanksPerNode consecutive
 	// ranks one "node" instead of splitting by shared memory, with Dest
 	// suffixed ".node<k>": the multi-node path on one machine, for tests.
@@ -125,6 +127,14 @@ type Summary struct {
 	// and Dest is the unguessable name used instead (Plan.GuessableDest).
 	Taken      string
 	TakenNodes int
+	// ContentDigest is the set's content digest, "xxh3-128:..."
+	// (docs/FORMAT.md, "Content digest").
+	ContentDigest string
+	// AlreadyInstalled (leaders): this node's Dest already held the set,
+	// unchanged since its install, and was left as it was;
+	// InstalledNodes is how many nodes did.
+	AlreadyInstalled bool
+	InstalledNodes   int
 }
 
 // Run loads plan.Bundle on every rank of world; it is collective. On
@@ -260,6 +270,7 @@ type leader struct {
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
+	bundlePath  string // rank 0's bundle, absolute, for the install record
 }
 
 // abort rolls this node's copy back, if any.
@@ -307,6 +318,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	}
 	l := k.l
 	l.sum.Entries = len(s.Entries())
+	l.sum.ContentDigest = bundle.FormatDigest(s.ContentDigest())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
 	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
@@ -325,7 +337,8 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	k.s, k.staged = s, make(chan error, 1)
 	go func() {
 		t := time.Now()
-		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep})
+		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
+			Record: l.recordInfo(presets)})
 		if err == nil {
 			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 				st.Abort()
@@ -361,6 +374,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 	if group.Rank() == 0 {
 		t := time.Now()
 		l.sum.Bundle = l.plan.Bundle
+		l.bundlePath = absPath(l.plan.Bundle)
 		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
 		if srcErr == nil {
 			defer rc.Close()
