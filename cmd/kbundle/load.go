@@ -315,6 +315,15 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		return nil
 	}
 	nodes := plural(s.Nodes, "node", "nodes")
+	if s.AlreadyNodes == s.Nodes {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed: same content digest %s at %s on %s, unchanged since; nothing was rewritten\n",
+			s.ContentDigest, safe(s.Dest), nodes)
+		return nil
+	}
+	if s.AlreadyNodes > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed on %s (same content digest %s, unchanged since): left as they were\n",
+			plural(s.AlreadyNodes, "node", "nodes"), s.ContentDigest)
+	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
 		round(res.Read), round(res.Bcast), round(res.Extract))
