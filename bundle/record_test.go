@@ -3,9 +3,11 @@ package bundle
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -178,4 +180,29 @@ func TestParseInstallRecord(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
+}
+
+// FuzzParseInstallRecord: any input is parsed or refused, never a panic;
+// what parses, written again, parses to the same record.
+func FuzzParseInstallRecord(f *testing.F) {
+	f.Add([]byte(`{"kbundle_install_record":1,"content_digest":"xxh3-128:00000000000000000000000000000000","layers":[{}],"entries":[{"name":"a","kind":"file","digest":"xxh3-128:00000000000000000000000000000000"}]}`))
+	f.Add([]byte(markerText + "0.\n"))
+	f.Add([]byte(`{"kbundle_install_record":2}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := ParseInstallRecord(b)
+		if err != nil {
+			return
+		}
+		again, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec2, err := ParseInstallRecord(again)
+		if err != nil {
+			t.Fatalf("written again: %v", err)
+		}
+		if !reflect.DeepEqual(rec, rec2) {
+			t.Fatalf("round trip: %+v != %+v", rec, rec2)
+		}
+	})
 }
