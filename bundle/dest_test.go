@@ -259,7 +259,7 @@ func TestSecCheckSpaceOverflow(t *testing.T) {
 // InstalledMarker (as root, extraction truncated the bundle's file into
 // kbundle's marker; as a user it failed blaming the destination). Open
 // refuses it with ErrFormat naming the bundle and the entry, the Writer
-// refuses to write it, and writeMarker never reuses a file already there.
+// refuses to write it, and writeRecord never reuses a file already there.
 func TestReservedMarkerName(t *testing.T) {
 	for _, dir := range []bool{false, true} {
 		data := raw.Build(64<<10, nil, []raw.File{
@@ -286,11 +286,11 @@ func TestReservedMarkerName(t *testing.T) {
 	if err := os.WriteFile(planted, []byte("planted"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.writeMarker(dir); err == nil {
-		t.Errorf("writeMarker over an existing %s succeeded", InstalledMarker)
+	if err := (&Staged{tmp: dir, r: r}).writeRecord(); err == nil {
+		t.Errorf("writeRecord over an existing %s succeeded", InstalledMarker)
 	}
 	if b, _ := os.ReadFile(planted); string(b) != "planted" {
-		t.Errorf("writeMarker changed the file already there: %q", b)
+		t.Errorf("writeRecord changed the file already there: %q", b)
 	}
 }
 

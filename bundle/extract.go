@@ -36,6 +36,9 @@ type ExtractOptions struct {
 	// Trust adds the owners and groups whose write permission on dest's
 	// parent and the directories above it is accepted (nil: none).
 	Trust *TrustPolicy
+	// Record is what the install record says besides the tree: the job,
+	// the host, the presets (docs/FORMAT.md, "Install record").
+	Record RecordInfo
 }
 
 // ExtractResult says what Extract did.
@@ -79,6 +82,10 @@ type Staged struct {
 	installed    bool
 	done         bool
 	res          *ExtractResult
+	r            *Reader
+	info         RecordInfo
+	rec          *InstallRecord // the record written into tmp
+	touched      bool           // Dir was handed out: the record is written again at Install
 }
 
 // Stage extracts the bundle into a private temporary sibling of dest (see
@@ -105,7 +112,7 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 			return nil, err
 		}
 	}
-	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace}
+	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace, r: r, info: opt.Record}
 	s.created = missingAncestor(s.parent)
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create %s: %w", s.parent, err)
@@ -145,7 +152,7 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	if err != nil {
 		return nil, err
 	}
-	if err := r.writeMarker(s.tmp); err != nil {
+	if err := s.writeRecord(); err != nil {
 		return nil, err
 	}
 	s.res.Dest = dest
@@ -159,8 +166,12 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 }
 
 // Dir is the staged tree's temporary directory, where it can still be
-// changed (such as a preset's path relocation) before Install.
-func (s *Staged) Dir() string { return s.tmp }
+// changed (such as a preset's path relocation) before Install. Install
+// then writes the install record again, with the entries as they are.
+func (s *Staged) Dir() string {
+	s.touched = true
+	return s.tmp
+}
 
 // Dest is the destination directory.
 func (s *Staged) Dest() string { return s.dest }
@@ -174,6 +185,13 @@ func (s *Staged) Result() *ExtractResult { return s.res }
 func (s *Staged) Install() error {
 	if s.done || s.installed {
 		return errors.New("bundle: Install on a finished or installed Staged")
+	}
+	if s.touched {
+		// The record holds the tree as installed: after relocation.
+		if err := s.writeRecord(); err != nil {
+			return err
+		}
+		s.touched = false
 	}
 	if err := s.install(); err != nil {
 		return err
@@ -329,35 +347,12 @@ func (s *Staged) removeCreated() {
 // deletes a directory it did not install (W5).
 const InstalledMarker = ".kbundle-installed"
 
-// The marker as writeMarker makes it: its mode, and how its text starts.
+// The marker as kbundle makes it: its mode, and how an older kbundle's
+// prose marker starts (the install record starts with recordPrefix).
 const (
 	markerPerm = 0o600
 	markerText = "kbundle installed this tree from a bundle with digest xxh3-128:"
 )
-
-// writeMarker writes InstalledMarker into the staged tree. It creates the
-// file (O_EXCL): a marker already there came from somewhere else, never to
-// be reused or truncated (readers refuse a bundle holding the name, S13).
-func (r *Reader) writeMarker(dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	f, err := root.OpenFile(InstalledMarker, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
-	}
-	err = f.Chmod(markerPerm) // whatever the umask: checkDest requires it
-	if err == nil {
-		_, err = fmt.Fprintf(f, markerText+"%s.\n"+
-			"kbundle extract/load --force may replace it; kbundle replaces no directory without this file.\n", r.FileDigest())
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
 
 // checkDest decides whether dest may be written, before any work: it may
 // be missing or an empty directory of ours; a non-empty one only with
@@ -415,7 +410,7 @@ const forceKeeps = ", so --force will not delete what is in it; remove it yourse
 
 // markerProblem says why the directory open as fd (stat st, ours) is not a
 // tree kbundle installed, or returns "". Its InstalledMarker must be the
-// file writeMarker made: a regular file of the directory's owner, with one
+// file kbundle made (an install record, or an older kbundle's prose marker): a regular file of the directory's owner, with one
 // link (another user can hard-link a file of ours into a directory they
 // can write, V1), mode markerPerm and kbundle's text; and the directory
 // must not be writable by group or others (kbundle makes it 0700), or
@@ -447,8 +442,9 @@ func markerProblem(fd int, st *unix.Stat_t) string {
 		why = fmt.Sprintf("mode %04o, not %04o", mst.Mode&0o7777, markerPerm)
 	default:
 		buf := make([]byte, len(markerText))
-		if _, err := io.ReadFull(mf, buf); err != nil || string(buf) != markerText {
-			why = "it does not hold kbundle's text"
+		n, _ := io.ReadFull(mf, buf)
+		if string(buf[:n]) != markerText && (n < len(recordPrefix) || string(buf[:len(recordPrefix)]) != recordPrefix) {
+			why = "it does not hold kbundle's text (an install record, or an older kbundle's marker)"
 		}
 	}
 	if why != "" {

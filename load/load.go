@@ -87,6 +87,8 @@ type Plan struct {
 	// rank 0) and of each Dest's parent accept besides the user and root
 	// (nil: none).
 	Trust *bundle.TrustPolicy
+	// Job is the job id the install record names ("": none).
+	Job string
 	// RanksPerNode, when above 0, makes every RanksPerNode consecutive
 	// ranks one "node" instead of splitting by shared memory, with Dest
 	// suffixed ".node<k>": the multi-node path on one machine, for tests.
@@ -125,6 +127,14 @@ type Summary struct {
 	// and Dest is the unguessable name used instead (Plan.GuessableDest).
 	Taken      string
 	TakenNodes int
+	// ContentDigest is the set's content digest, "xxh3-128:..."
+	// (docs/FORMAT.md, "Content digest").
+	ContentDigest string
+	// AlreadyInstalled (leaders): this node's Dest already held the set,
+	// unchanged since its install, and was left as it was;
+	// InstalledNodes is how many nodes did.
+	AlreadyInstalled bool
+	InstalledNodes   int
 }
 
 // Run loads plan.Bundle on every rank of world; it is collective. On
@@ -240,6 +250,9 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if err := l.share(); err != nil {
 		return nil, err
 	}
+	if err := l.shareHeld(); err != nil {
+		return nil, err
+	}
 	env, err := warmup.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {
 		return nil, err
@@ -260,6 +273,8 @@ type leader struct {
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
+	bundlePath  string        // rank 0's bundle, absolute, for the install record
+	content     bundle.Digest // the set's content digest, from rank 0
 }
 
 // abort rolls this node's copy back, if any.
@@ -298,15 +313,22 @@ type sink struct {
 	keep   *bundle.ReadCloser // rank 0: the bundle file, which --force must not delete
 	s      *bundle.Stream
 	staged chan error
+	// discard: this node already holds the set (rank 0 streams for the
+	// others): the body is read and sent, not staged.
+	discard bool
 }
 
 func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
+	if k.discard {
+		return nil
+	}
 	s, err := bundle.NewStream(k.l.plan.Bundle, prelude, size, &bundle.StreamOptions{Window: k.l.plan.Window})
 	if err != nil {
 		return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err)
 	}
 	l := k.l
 	l.sum.Entries = len(s.Entries())
+	l.sum.ContentDigest = bundle.FormatDigest(s.ContentDigest())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
 	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
@@ -325,7 +347,8 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	k.s, k.staged = s, make(chan error, 1)
 	go func() {
 		t := time.Now()
-		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep})
+		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
+			Record: l.recordInfo(presets)})
 		if err == nil {
 			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 				st.Abort()
@@ -342,7 +365,12 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	return nil
 }
 
-func (k *sink) Write(p []byte) (int, error) { return k.s.Write(p) }
+func (k *sink) Write(p []byte) (int, error) {
+	if k.discard {
+		return len(p), nil
+	}
+	return k.s.Write(p)
+}
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
 func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
@@ -354,13 +382,14 @@ func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error)
 
 // stage runs the stream on a leader and stages its node's copy. The error
 // is this node's, described; one matching broadcast.ErrComm is local.
-func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
+func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 	var src *bundle.Reader
 	var rc *bundle.ReadCloser
 	var srcErr error
 	if group.Rank() == 0 {
 		t := time.Now()
 		l.sum.Bundle = l.plan.Bundle
+		l.bundlePath = absPath(l.plan.Bundle)
 		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
 		if srcErr == nil {
 			defer rc.Close()
@@ -368,7 +397,63 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 		}
 		l.stats.Read = time.Since(t)
 	}
-	k := &sink{l: l, ctx: ctx, keep: rc} // rank 0 decides whether its DEST holds the bundle (S9)
+	// A node whose DEST holds the set already is left as it is; when
+	// every node does, nothing is streamed (rank 0 read the header and
+	// index only).
+	held, refuse, err := l.checkHeld(group, rc)
+	if err != nil {
+		return err
+	}
+	counts := [2]int64{}
+	if held {
+		counts[0] = 1
+	}
+	if refuse != nil {
+		counts[1] = 1
+	}
+	for i := range counts {
+		if counts[i], err = group.AllreduceInt64(counts[i], mpi.Sum); err != nil {
+			return commErr("set check", err)
+		}
+	}
+	switch {
+	case counts[1] > 0: // refused somewhere: nothing streams, nothing changes anywhere
+		if refuse != nil {
+			return l.describe(refuse)
+		}
+		return nil
+	case counts[0] == int64(group.Size()):
+		l.sum.AlreadyInstalled = true
+		if rc != nil {
+			l.sum.Entries = len(rc.Entries())
+			l.sum.Bytes, l.sum.RawBytes = rc.Size(), rc.RawSize()
+		}
+		return nil
+	case counts[0] > 0:
+		// Rank 0 streams to the nodes that need the set; the others wait.
+		color := 0
+		if held && group.Rank() != 0 {
+			color = 1
+		}
+		sub, err := group.Split(color, group.Rank())
+		if err != nil {
+			return commErr("split the nodes to load", err)
+		}
+		defer sub.Free()
+		if color == 1 {
+			l.sum.AlreadyInstalled = true
+			return nil
+		}
+		group = sub
+	}
+	k := &sink{l: l, ctx: ctx, keep: rc, discard: held} // rank 0 decides whether its DEST holds the bundle (S9)
+	if held {
+		l.sum.AlreadyInstalled = true
+		if rc != nil {
+			l.sum.Entries = len(rc.Entries())
+			l.sum.Bytes, l.sum.RawBytes = rc.Size(), rc.RawSize()
+		}
+	}
 	local, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
 	if err != nil {
 		if k.s != nil {
@@ -425,7 +510,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 
 // checkHost compares this node with the warm-up machine.
 func (l *leader) checkHost(k *sink) error {
-	if l.plan.HostInfo != nil {
+	if l.plan.HostInfo != nil && k.s != nil {
 		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo())
 	}
 	return nil

@@ -154,9 +154,9 @@ func TestRunAllOrNothing(t *testing.T) {
 	}
 }
 
-// flipLast flips a byte of the body as received (the third broadcast:
-// status, prelude, body; chunks are 8 MiB).
-func flipLast() func([]byte) { return flipNth(3) }
+// flipLast flips a byte of the body as received (the fourth broadcast:
+// the set check, status, prelude, body; chunks are 8 MiB).
+func flipLast() func([]byte) { return flipNth(4) }
 
 // flipNth flips a byte of the n-th buffer received.
 func flipNth(n int) func([]byte) {
@@ -184,7 +184,7 @@ func TestRunSinkFails(t *testing.T) {
 		name, file, want string
 		corrupt          map[int]func([]byte)
 	}{
-		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipNth(2)}},
+		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipNth(3)}},
 		{"a preset of a newer kbundle", future, "fromthefuture", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -272,9 +272,10 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			os.Mkdir(filepath.Join(base, "n0"), 0o755) // there node 0 claims its Dest, then moves
 			var corrupt map[int]func([]byte)
 			if c.damaged {
-				// The body: the fourth broadcast here, after the
-				// destination check's, the status and the prelude.
-				corrupt = map[int]func([]byte){2: flipNth(4)}
+				// The body: the fifth broadcast here, after the
+				// destination check's, the set check's, the status and
+				// the prelude.
+				corrupt = map[int]func([]byte){2: flipNth(5)}
 			}
 			sums, errs := run(t, nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),

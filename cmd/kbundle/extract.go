@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -82,7 +83,12 @@ func extractAction(c *cli.Context) error {
 	}
 	start := time.Now()
 	bar := newProgress(c, "extracting")
-	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust})
+	var applied []string
+	if len(presets) > 0 {
+		applied = strings.Split(presetNames(presets), ",")
+	}
+	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust,
+		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}})
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))
@@ -129,4 +135,10 @@ func installRelocated(st *bundle.Staged, origin string, presets []*warmup.Preset
 		return nil, exit(atDest(err))
 	}
 	return env, nil
+}
+
+// hostName is this node's name for install records ("" when unknown).
+func hostName() string {
+	h, _ := os.Hostname()
+	return h
 }

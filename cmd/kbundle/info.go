@@ -30,6 +30,10 @@ type infoJSON struct {
 	Version     int               `json:"version"`
 	SegmentSize int64             `json:"segment_size"`
 	Meta        map[string]string `json:"meta"`
+	// ContentDigest is the digest of the entries alone, with its
+	// algorithm ("xxh3-128:..."): the same for the same tree packed
+	// anywhere, any time (docs/FORMAT.md, "Content digest").
+	ContentDigest string `json:"content_digest"`
 }
 
 func init() {
@@ -53,7 +57,7 @@ func infoAction(c *cli.Context) error {
 	in := infoJSON{bundleJSON: bundleJSON{Path: c.Args().First(), RawBytes: rc.RawSize(),
 		DataBytes: rc.DataSize(), PackedBytes: rc.Size(), Ratio: ratio(rc.RawSize(), rc.Size()),
 		Segments: rc.Segments(), Digest: rc.FileDigest().String()},
-		Version: bundle.Version, SegmentSize: rc.SegmentSize(), Meta: rc.Meta()}
+		Version: bundle.Version, SegmentSize: rc.SegmentSize(), Meta: rc.Meta(), ContentDigest: bundle.FormatDigest(rc.ContentDigest())}
 	for _, e := range rc.Entries() {
 		if e.Dir {
 			in.Dirs++
@@ -71,6 +75,7 @@ func infoAction(c *cli.Context) error {
 	fmt.Fprintf(w, "size:      %s raw, %s distinct, %s packed (ratio %.1f)\n", human(in.RawBytes), human(in.DataBytes), human(in.PackedBytes), in.Ratio)
 	fmt.Fprintf(w, "segments:  %d of %s\n", in.Segments, human(in.SegmentSize))
 	fmt.Fprintf(w, "digest:    xxh3-128:%s (not checked; run kbundle verify)\n", in.Digest)
+	fmt.Fprintf(w, "content:   %s (the entries alone: the same wherever and whenever they were packed)\n", in.ContentDigest)
 	keys := make([]string, 0, len(in.Meta))
 	for k := range in.Meta {
 		keys = append(keys, k)

@@ -79,6 +79,11 @@ type loadSummary struct {
 	HeldBytes     int64    `json:"held_bytes"`
 	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
 	TakenNodes    int      `json:"taken_nodes,omitempty"`
+	// ContentDigest is the set's (docs/FORMAT.md, "Content digest");
+	// AlreadyNodes the nodes whose DEST already held it and were left
+	// as they were.
+	ContentDigest string `json:"content_digest"`
+	AlreadyNodes  int    `json:"already_installed_nodes"`
 }
 
 // selfComm is a communicator of one rank, for loading without MPI.
@@ -249,6 +254,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		return l.fail(err.Error(), exitUsage)
 	}
 	plan.Bundle, plan.Dest, plan.Force, plan.Jobs = path, dest, c.Bool("force"), c.Int("jobs")
+	plan.Job = job
 	// The default name is moved if another user holds it; not when each
 	// task of a launcher loads alone: they could not agree on a new one.
 	plan.GuessableDest = c.String("to") == "" && !l.tasks
@@ -279,6 +285,7 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		ExtractSecs: res.Extract.Seconds(), TotalSeconds: res.Total.Seconds(),
 		MismatchNodes: res.MismatchNodes, MismatchKeys: res.MismatchKeys, Env: res.Env,
 		Presets: res.Presets, HeldBytes: res.Held, Taken: res.Taken, TakenNodes: res.TakenNodes,
+		ContentDigest: res.ContentDigest, AlreadyNodes: res.InstalledNodes,
 	}
 	if res.Taken != "" {
 		l.warnf("%s belongs to another user on %s (made in advance, as if to deny this load); loaded into %s instead (the exported variables point there)",
@@ -317,6 +324,15 @@ func (l *loader) run(world broadcast.NodeComm, usingMPI bool, path string) error
 		return nil
 	}
 	nodes := plural(s.Nodes, "node", "nodes")
+	if s.AlreadyNodes == s.Nodes {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed: same content digest %s at %s on %s, unchanged since; nothing was rewritten\n",
+			s.ContentDigest, safe(s.Dest), nodes)
+		return nil
+	}
+	if s.AlreadyNodes > 0 {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed on %s (same content digest %s, unchanged since): left as they were\n",
+			plural(s.AlreadyNodes, "node", "nodes"), s.ContentDigest)
+	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		s.Entries, human(s.Bytes), human(s.RawBytes), s.Dest, nodes, round(res.Total),
 		round(res.Read), round(res.Bcast), round(res.Extract))

@@ -85,6 +85,9 @@ type result struct {
 	HeldBytes     int64    `json:"held_bytes"`
 	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
 	TakenNodes    int      `json:"taken_nodes,omitempty"`
+	ContentDigest string   `json:"content_digest,omitempty"` // the set's (docs/FORMAT.md)
+	AlreadyNodes  int      `json:"already_installed_nodes"`  // nodes whose DEST already held the set
+	Already       bool     `json:"already_installed"`        // leaders: this node's DEST held it, left as it was
 }
 
 // loadFortran is kbundle_load: it adopts the program's MPI, duplicates
@@ -211,6 +214,7 @@ func run(ctx context.Context, world broadcast.NodeComm, r request, onTimeout fun
 		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys),
 		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
 		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
+		ContentDigest: sum.ContentDigest, AlreadyNodes: sum.InstalledNodes, Already: sum.AlreadyInstalled,
 	}
 }
 
@@ -227,6 +231,7 @@ func orEmpty(s []string) []string {
 func resolve(r request, getenv func(string) string, job string, rank int) (load.Plan, error) {
 	p, knobs := loadcmd.Plan(getenv)
 	p.Bundle, p.Force = r.Bundle, r.Force
+	p.Job = job
 	switch v := getenv("KBUNDLE_JOBS"); {
 	case r.Jobs != nil:
 		if *r.Jobs < 0 {

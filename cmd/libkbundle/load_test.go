@@ -214,13 +214,23 @@ func TestDefaultDest(t *testing.T) {
 	if !rs[0].OK || rs[0].Dest != local {
 		t.Fatalf("%+v", rs[0])
 	}
-	// The destination exists now: the same failure everywhere, with a hint.
-	rs = runAll(t, []int{0, 1}, func(int) request {
+	// The destination holds this set now: a re-run leaves it as it is.
+	again := func(int) request {
 		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
-	})
+	}
+	rs = runAll(t, []int{0, 1}, again)
+	same(t, rs)
+	if !rs[0].OK || rs[0].AlreadyNodes != 2 || !rs[0].Already || !strings.HasPrefix(rs[0].ContentDigest, "xxh3-128:") {
+		t.Fatalf("re-run: %+v", rs[0])
+	}
+	// The job compiled more there: the same failure everywhere, with a hint.
+	if err := os.WriteFile(filepath.Join(rs[0].Dest, "new.bin"), []byte("compiled"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs = runAll(t, []int{0, 1}, again)
 	same(t, rs)
 	if rs[0].OK || rs[0].Kind != kindFailed || !strings.Contains(rs[0].Hint, "force=True") ||
-		!strings.Contains(rs[0].Reason, "nothing was installed on any node") {
+		!strings.Contains(rs[0].Reason, "nothing was installed on any node") || !strings.Contains(rs[0].Reason, "kbundle harvest") {
 		t.Fatalf("%+v", rs[0])
 	}
 }

@@ -82,6 +82,12 @@ class LoadResult:
     #: unguessable sibling, and a KbundleWarning on rank 0 says so.
     taken: str = ""
     taken_nodes: int = 0
+    #: The set's content digest ("xxh3-128:..."), the nodes whose
+    #: destination already held it unchanged since its install (left as
+    #: they were, nothing rewritten), and whether this node's did (leaders).
+    content_digest: str = ""
+    already_installed_nodes: int = 0
+    already_installed: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
@@ -178,6 +184,9 @@ def load_bundle(
         mismatch_keys=tuple(out.get("mismatch_keys") or ()),
         taken=out.get("taken", ""),
         taken_nodes=int(out.get("taken_nodes", 0)),
+        content_digest=out.get("content_digest", ""),
+        already_installed_nodes=int(out.get("already_installed_nodes", 0)),
+        already_installed=bool(out.get("already_installed", False)),
     )
     if rank0:
         for msg in late:

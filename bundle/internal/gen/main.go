@@ -55,6 +55,9 @@ func write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "vectors.tsv"), vectors.TSV(vs), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "content-digests.tsv"), vectors.ContentDigests(vs), 0o644); err != nil {
+		return err
+	}
 	fmt.Printf("gen: wrote %d vectors to %s\n", len(vs), dir)
 	return nil
 }

@@ -395,3 +395,26 @@ func U32(v uint32) *uint32 { return &v }
 
 // U64 returns a pointer to v, for the override fields.
 func U64(v uint64) *uint64 { return &v }
+
+// ContentDigest is the content digest of entries (docs/FORMAT.md,
+// "Content digest"), written from the specification alone: XXH3-128 of
+// "kbundle content 1\n", the entry count (u32), then per entry in the
+// order given (the index's, ascending by name) its name length (u16),
+// name, kind (u8), mode without group and other write (u16) and, for a
+// regular file, its size (u64) and content digest.
+func ContentDigest(entries []Entry) [16]byte {
+	le := binary.LittleEndian
+	b := []byte("kbundle content 1\n")
+	b = le.AppendUint32(b, uint32(len(entries)))
+	for _, e := range entries {
+		b = le.AppendUint16(b, uint16(len(e.Name)))
+		b = append(b, e.Name...)
+		b = append(b, e.Kind)
+		b = le.AppendUint16(b, e.Mode&^0o022)
+		if e.Kind == KindFile {
+			b = le.AppendUint64(b, e.Size)
+			b = append(b, e.Digest[:]...)
+		}
+	}
+	return Sum(b)
+}

@@ -1,0 +1,486 @@
+package bundle
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// contentPrefix opens the bytes a content digest is taken of
+// (docs/FORMAT.md, "Content digest").
+const contentPrefix = "kbundle content 1\n"
+
+// ContentDigest is the digest of the bundle's entries alone (names, kinds,
+// modes as extracted, sizes and per-entry content digests; no mtimes, no
+// metadata), computed from the index: two bundles of the same tree packed
+// on different hosts, from different origins or at different times have
+// the same content digest (docs/FORMAT.md, "Content digest").
+func (r *Reader) ContentDigest() Digest { return ContentDigestOf(r.ix.entries) }
+
+// ContentDigestOf is the content digest of entries, which must be sorted
+// by name (as a Reader's are).
+func ContentDigestOf(entries []Entry) Digest {
+	h := newHasher()
+	le := binary.LittleEndian
+	b := append([]byte(nil), contentPrefix...)
+	b = le.AppendUint32(b, uint32(len(entries)))
+	for i := range entries {
+		e := &entries[i]
+		b = le.AppendUint16(b, uint16(len(e.Name)))
+		b = append(b, e.Name...)
+		kind := byte(kindFile)
+		if e.Dir {
+			kind = kindDir
+		}
+		b = append(b, kind)
+		b = le.AppendUint16(b, uint16(extractPerm(e.Mode)))
+		if !e.Dir {
+			b = le.AppendUint64(b, uint64(e.Size))
+			b = append(b, e.Digest[:]...)
+		}
+		if len(b) > 64<<10 {
+			h.Write(b)
+			b = b[:0]
+		}
+	}
+	h.Write(b)
+	return hasherDigest(h)
+}
+
+// DigestPrefix names the digest algorithm wherever kbundle prints or
+// records a digest: "xxh3-128:" and 32 lowercase hex digits.
+const DigestPrefix = "xxh3-128:"
+
+// FormatDigest is d as kbundle prints and records it.
+func FormatDigest(d Digest) string { return DigestPrefix + d.String() }
+
+// ParseDigest undoes FormatDigest.
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	h, ok := strings.CutPrefix(s, DigestPrefix)
+	if !ok || len(h) != 32 {
+		return d, fmt.Errorf("digest %q: want %s and 32 hex digits", s, DigestPrefix)
+	}
+	if _, err := hex.Decode(d[:], []byte(h)); err != nil || strings.ToLower(h) != h {
+		return d, fmt.Errorf("digest %q: want %s and 32 lowercase hex digits", s, DigestPrefix)
+	}
+	return d, nil
+}
+
+// RecordVersion is the version of the install record kbundle writes.
+const RecordVersion = 1
+
+// recordPrefix is how every install record starts (its first field).
+const recordPrefix = `{"kbundle_install_record":`
+
+// MaxRecordLen bounds the install record a reader reads.
+const MaxRecordLen = 1 << 30
+
+// ErrNoRecord says a directory holds no install record kbundle can use:
+// none, a prose marker of an older kbundle, or one that fails the
+// marker's checks. An unknown record version matches ErrVersion instead.
+var ErrNoRecord = errors.New("no install record")
+
+// An InstallRecord is the `.kbundle-installed` file kbundle writes at the
+// top of every tree it installs (docs/FORMAT.md, "Install record").
+// Fields are only ever added.
+type InstallRecord struct {
+	Version int `json:"kbundle_install_record"`
+	// Dest is where the tree was installed, and Origin where the bundle
+	// was packed: relocation rewrote paths from Origin to Dest.
+	Dest   string `json:"dest"`
+	Origin string `json:"origin"`
+	// Installed is when (RFC 3339, UTC, nanoseconds), Job the job id and
+	// Host the node that installed it.
+	Installed string `json:"installed"`
+	Job       string `json:"job,omitempty"`
+	Host      string `json:"host,omitempty"`
+	// Presets applied (relocation), by name.
+	Presets []string `json:"presets"`
+	// ContentDigest is the set's: its merged view's (one layer: the
+	// layer's).
+	ContentDigest string        `json:"content_digest"`
+	Layers        []RecordLayer `json:"layers"`
+	// Entries are the tree as installed, after relocation, sorted by name.
+	Entries []RecordEntry `json:"entries"`
+}
+
+// RecordLayer is one bundle of the installed set.
+type RecordLayer struct {
+	Path          string `json:"path"`
+	Digest        string `json:"digest"` // the whole-file digest
+	ContentDigest string `json:"content_digest"`
+	Entries       int    `json:"entries"`
+}
+
+// RecordEntry is one entry as installed.
+type RecordEntry struct {
+	Name  string `json:"name"`
+	Kind  string `json:"kind"` // "dir" or "file"
+	Mode  uint32 `json:"mode"` // permission bits
+	Size  int64  `json:"size"`
+	Sec   int64  `json:"mtime_sec"`
+	Nsec  int64  `json:"mtime_nsec"`
+	Layer int    `json:"layer"`            // index in Layers the entry came from
+	Dig   string `json:"digest,omitempty"` // files: the content as installed
+	// Packed is the content's digest in the bundle, when relocation
+	// rewrote the file at install: what undoing the relocation must give.
+	Packed string `json:"packed_digest,omitempty"`
+}
+
+// Record kinds.
+const (
+	KindDir  = "dir"
+	KindFile = "file"
+)
+
+// ModTime is the entry's mtime.
+func (e *RecordEntry) ModTime() time.Time { return time.Unix(e.Sec, e.Nsec) }
+
+// RecordInfo is what a caller adds to the install record Stage writes.
+type RecordInfo struct {
+	Bundle  string   // the bundle's path ("": the Reader's own name, made absolute)
+	Job     string   // the job id
+	Host    string   // this node's name
+	Presets []string // presets applied to the staged tree
+}
+
+// buildRecord makes the record of the staged tree root (dir tmp), as it
+// is on disk now: every entry is lstat'ed; a file's digest is the one it
+// had before (prev, else the index's) unless its size or mtime changed
+// since (relocation rewrote it), when it is read again.
+func (s *Staged) buildRecord(root *os.Root, prev *InstallRecord) (*InstallRecord, error) {
+	r := s.r
+	layer := s.info.Bundle
+	if layer == "" {
+		layer = r.name
+	}
+	if layer != "" {
+		if abs, err := filepath.Abs(layer); err == nil {
+			layer = abs
+		}
+	}
+	cd := FormatDigest(r.ContentDigest())
+	rec := &InstallRecord{Version: RecordVersion, Dest: s.dest, Origin: r.ix.meta[MetaOrigin],
+		Installed: time.Now().UTC().Format(time.RFC3339Nano), Job: s.info.Job, Host: s.info.Host,
+		Presets: append([]string{}, s.info.Presets...), ContentDigest: cd,
+		Layers:  []RecordLayer{{Path: layer, Digest: FormatDigest(r.FileDigest()), ContentDigest: cd, Entries: len(r.ix.entries)}},
+		Entries: make([]RecordEntry, len(r.ix.entries))}
+	for i := range r.ix.entries {
+		e := &r.ix.entries[i]
+		fi, err := root.Lstat(e.Name)
+		if err != nil {
+			return nil, fmt.Errorf("cannot record %s: %w", e.Name, err)
+		}
+		mt := fi.ModTime()
+		re := RecordEntry{Name: e.Name, Kind: KindFile, Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), Sec: mt.Unix(), Nsec: int64(mt.Nanosecond())}
+		switch {
+		case e.Dir:
+			re.Kind, re.Size = KindDir, 0
+		case !fi.Mode().IsRegular():
+			return nil, fmt.Errorf("cannot record %s: no longer a regular file", e.Name)
+		default:
+			if p := prevEntry(prev, i); p != nil && p.Size == re.Size && p.Sec == re.Sec && p.Nsec == re.Nsec {
+				re.Dig, re.Packed = p.Dig, p.Packed // unchanged since the last record
+				break
+			}
+			if prev == nil && e.Size == re.Size {
+				re.Dig = FormatDigest(e.Digest) // as extracted: checked as it was written
+				break
+			}
+			d, err := hashAt(root, e.Name)
+			if err != nil {
+				return nil, fmt.Errorf("cannot record %s: %w", e.Name, err)
+			}
+			re.Dig = FormatDigest(d)
+			if d != e.Digest {
+				re.Packed = FormatDigest(e.Digest)
+			}
+		}
+		rec.Entries[i] = re
+	}
+	return rec, nil
+}
+
+// prevEntry is entry i of prev, or nil.
+func prevEntry(prev *InstallRecord, i int) *RecordEntry {
+	if prev == nil || i >= len(prev.Entries) {
+		return nil
+	}
+	return &prev.Entries[i]
+}
+
+// hashAt is the digest of the regular file name in root.
+func hashAt(root *os.Root, name string) (Digest, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return Digest{}, err
+	}
+	defer f.Close()
+	h := newHasher()
+	if _, err := io.Copy(h, f); err != nil {
+		return Digest{}, err
+	}
+	return hasherDigest(h), nil
+}
+
+// writeRecord writes the install record of the staged tree: created
+// (O_EXCL) at Stage, rewritten in place (the tree is still private) when
+// the staged tree was changed through Dir before Install.
+func (s *Staged) writeRecord() error {
+	root, err := os.OpenRoot(s.tmp)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	rec, err := s.buildRecord(root, s.rec)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	flag := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if s.rec != nil {
+		flag = os.O_WRONLY | os.O_TRUNC | unix.O_NOFOLLOW
+	}
+	f, err := root.OpenFile(InstalledMarker, flag, markerPerm)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", InstalledMarker, err)
+	}
+	err = f.Chmod(markerPerm) // whatever the umask: checkDest requires it
+	if err == nil {
+		_, err = f.Write(append(b, '\n'))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		s.rec = rec
+	}
+	return err
+}
+
+// Record is the install record written into the staged tree.
+func (s *Staged) Record() *InstallRecord { return s.rec }
+
+// ReadInstallRecord reads dest's install record. dest must pass the
+// checks --force makes before it replaces a tree (a directory of the
+// caller's, not a symlink, not writable by group or others, holding the
+// marker kbundle writes); else, or when dest holds an older kbundle's
+// prose marker, the error matches ErrNoRecord. A record of a newer
+// version matches ErrVersion.
+func ReadInstallRecord(dest string) (*InstallRecord, error) {
+	fd, err := unix.Open(dest, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dest, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: dest, Err: err}
+	}
+	if st.Uid != uint32(os.Geteuid()) {
+		return nil, &Error{File: dest, Err: ErrNoRecord, Msg: "not your directory"}
+	}
+	if msg := markerProblem(fd, &st); msg != "" {
+		return nil, &Error{File: dest, Err: ErrNoRecord, Msg: strings.TrimSuffix(msg, forceKeeps)}
+	}
+	mfd, err := unix.Openat(fd, InstalledMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &Error{File: dest, Err: ErrNoRecord, Msg: err.Error()}
+	}
+	f := os.NewFile(uintptr(mfd), filepath.Join(dest, InstalledMarker))
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxRecordLen+1))
+	if err != nil {
+		return nil, err
+	}
+	return ParseInstallRecord(b)
+}
+
+// ParseInstallRecord parses and checks an install record's bytes
+// (docs/FORMAT.md, "Install record"). An older kbundle's prose marker
+// matches ErrNoRecord; a newer version, ErrVersion; anything else that
+// breaks the rules, ErrFormat.
+func ParseInstallRecord(b []byte) (*InstallRecord, error) {
+	if bytes.HasPrefix(b, []byte(markerText)) {
+		return nil, errf(ErrNoRecord, "a marker of an older kbundle, without a record of the tree")
+	}
+	if len(b) > MaxRecordLen {
+		return nil, errf(ErrTooLarge, "install record longer than %d bytes", MaxRecordLen)
+	}
+	if !bytes.HasPrefix(b, []byte(recordPrefix)) {
+		return nil, errf(ErrFormat, "install record does not start with %s", recordPrefix)
+	}
+	var v struct {
+		Version json.Number `json:"kbundle_install_record"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, errf(ErrFormat, "install record: %v", err)
+	}
+	if n, err := v.Version.Int64(); err != nil || n < 1 {
+		return nil, errf(ErrFormat, "install record version %q", v.Version)
+	} else if n != RecordVersion {
+		return nil, errf(ErrVersion, "install record version %d (this kbundle reads version %d)", n, RecordVersion)
+	}
+	rec := &InstallRecord{}
+	if err := json.Unmarshal(b, rec); err != nil {
+		return nil, errf(ErrFormat, "install record: %v", err)
+	}
+	if len(rec.Entries) > MaxEntries {
+		return nil, errf(ErrTooLarge, "install record of %d entries (limit %d)", len(rec.Entries), MaxEntries)
+	}
+	if len(rec.Layers) == 0 {
+		return nil, errf(ErrFormat, "install record without a layer")
+	}
+	if _, err := ParseDigest(rec.ContentDigest); err != nil {
+		return nil, errf(ErrFormat, "install record: set %v", err)
+	}
+	for i := range rec.Entries {
+		e := &rec.Entries[i]
+		if err := checkName(e.Name); err != nil {
+			return nil, err
+		}
+		if i > 0 && e.Name <= rec.Entries[i-1].Name {
+			return nil, errf(ErrFormat, "install record: entry %q out of order or repeated", e.Name)
+		}
+		if e.Mode > 0o777 || e.Size < 0 || e.Nsec < 0 || e.Nsec >= 1e9 || e.Layer < 0 || e.Layer >= len(rec.Layers) {
+			return nil, errf(ErrFormat, "install record: entry %q: mode, size, mtime or layer out of range", e.Name)
+		}
+		switch e.Kind {
+		case KindDir:
+		case KindFile:
+			if _, err := ParseDigest(e.Dig); err != nil {
+				return nil, errf(ErrFormat, "install record: entry %q: %v", e.Name, err)
+			}
+		default:
+			return nil, errf(ErrFormat, "install record: entry %q: kind %q", e.Name, e.Kind)
+		}
+	}
+	return rec, nil
+}
+
+// TreeChange is how an installed tree differs from its record: the names
+// of new, changed and missing entries, each sorted.
+type TreeChange struct {
+	New, Changed, Missing []string
+}
+
+// Same reports whether nothing changed.
+func (c *TreeChange) Same() bool { return len(c.New)+len(c.Changed)+len(c.Missing) == 0 }
+
+func (c *TreeChange) String() string {
+	return fmt.Sprintf("%d new, %d changed, %d missing", len(c.New), len(c.Changed), len(c.Missing))
+}
+
+// CompareTree compares the tree at dest with its install record, without
+// following symlinks. An entry is unchanged when its kind and mode match
+// and, for a file, its size and mtime match the record; a file whose size
+// matches but whose mtime does not is read and compared by digest (so a
+// file rewritten with the same bytes is unchanged). Directory mtimes do
+// not count (their entries do). Something that is neither a directory
+// nor a regular file is changed (or new). The record file itself is not
+// an entry.
+func CompareTree(dest string, rec *InstallRecord) (*TreeChange, error) {
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	want := make(map[string]*RecordEntry, len(rec.Entries))
+	for i := range rec.Entries {
+		want[rec.Entries[i].Name] = &rec.Entries[i]
+	}
+	c := &TreeChange{}
+	seen := make(map[string]bool, len(rec.Entries))
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if name == "." {
+			return nil
+		}
+		if name == InstalledMarker {
+			return nil
+		}
+		e := want[name]
+		if e == nil {
+			c.New = append(c.New, name)
+			return nil
+		}
+		seen[name] = true
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		changed, err := entryChanged(root, name, fi, e)
+		if err != nil {
+			return err
+		}
+		if changed {
+			c.Changed = append(c.Changed, name)
+			if d.IsDir() && e.Kind != KindDir {
+				return fs.SkipDir // a file became a directory: all below is new
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot compare %s with its install record: %w", dest, err)
+	}
+	for i := range rec.Entries {
+		if n := rec.Entries[i].Name; !seen[n] {
+			c.Missing = append(c.Missing, n)
+		}
+	}
+	return c, nil
+}
+
+// entryChanged compares one entry (fi: its lstat) with its record.
+func entryChanged(root *os.Root, name string, fi fs.FileInfo, e *RecordEntry) (bool, error) {
+	switch {
+	case fi.IsDir() != (e.Kind == KindDir), !fi.IsDir() && !fi.Mode().IsRegular():
+		return true, nil
+	case uint32(fi.Mode().Perm()) != e.Mode:
+		return true, nil
+	case fi.IsDir():
+		return false, nil
+	case fi.Size() != e.Size:
+		return true, nil
+	case fi.ModTime().Equal(e.ModTime()):
+		return false, nil
+	}
+	d, err := hashAt(root, name)
+	if err != nil {
+		return false, err
+	}
+	return FormatDigest(d) != e.Dig, nil
+}
+
+// PathDigest is the digest of the regular file name in dest (a
+// slash-separated name), read without following symlinks out of dest.
+func PathDigest(dest, name string) (Digest, error) {
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return Digest{}, err
+	}
+	defer root.Close()
+	return hashAt(root, path.Clean(name))
+}

@@ -1,0 +1,167 @@
+package load
+
+import (
+	"encoding/binary"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// recordInfo is what this node's install record says besides the tree.
+func (l *leader) recordInfo(presets []*warmup.Preset) bundle.RecordInfo {
+	info := bundle.RecordInfo{Job: l.plan.Job, Host: l.plan.Host, Bundle: l.bundlePath}
+	if names := presetNames(presets); names != "" {
+		info.Presets = strings.Split(names, ",")
+	}
+	return info
+}
+
+// absPath is p made absolute, or p.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// setInfoLen is the size of the one broadcast in which rank 0 tells the
+// leaders what set it loads: a flag, the content digest, the presets and
+// the bundle's path, each length-prefixed.
+const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096
+
+// setInfo is what rank 0 read from the bundle's header and index.
+type setInfo struct {
+	ok      bool // rank 0 opened the bundle and chose its presets
+	content bundle.Digest
+	presets string // comma-separated names
+	path    string // absolute ("" when too long to send)
+}
+
+func (s *setInfo) encode() []byte {
+	b := make([]byte, 0, setInfoLen)
+	if s.ok {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = append(b, s.content[:]...)
+	p, f := s.presets, s.path
+	if len(p) > maxPresetList {
+		p = "" // cannot be: preset names are short
+	}
+	if len(f) > 4096 {
+		f = ""
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(p)))
+	b = append(b, p...)
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(f)))
+	b = append(b, f...)
+	return b[:setInfoLen]
+}
+
+func decodeSetInfo(b []byte) *setInfo {
+	s := &setInfo{ok: b[0] == 1}
+	copy(s.content[:], b[1:17])
+	n := int(binary.LittleEndian.Uint16(b[17:]))
+	if n > maxPresetList {
+		return &setInfo{}
+	}
+	s.presets = string(b[19 : 19+n])
+	r := b[19+n:]
+	m := int(binary.LittleEndian.Uint16(r))
+	if m > len(r)-2 {
+		return &setInfo{}
+	}
+	s.path = string(r[2 : 2+m])
+	return s
+}
+
+// checkHeld runs on every leader before the stream: rank 0 (which has
+// opened the bundle, reading its header and index only) sends what set it
+// loads, and each leader says whether its Dest already holds it,
+// unchanged since its install (docs/FORMAT.md, "Install record"). held:
+// this node keeps its Dest as it is. refuse: this node's Dest holds a tree
+// kbundle installed that changed since, which only --force replaces. A
+// returned error matching broadcast.ErrComm is local.
+func (l *leader) checkHeld(group broadcast.Comm, rc *bundle.ReadCloser) (held bool, refuse, err error) {
+	buf := make([]byte, setInfoLen)
+	if group.Rank() == 0 {
+		si := &setInfo{path: l.bundlePath}
+		if rc != nil {
+			if ps, perr := l.choosePresets(rc.Meta()); perr == nil {
+				si.ok, si.content, si.presets = true, rc.ContentDigest(), presetNames(ps)
+				l.presets = ps
+			}
+		}
+		buf = si.encode()
+	}
+	if err := group.Bcast(buf, 0); err != nil {
+		return false, nil, commErr("set check", err)
+	}
+	si := decodeSetInfo(buf)
+	if group.Rank() != 0 {
+		l.bundlePath = si.path
+	}
+	if !si.ok {
+		return false, nil, nil // rank 0's failure is announced by the stream
+	}
+	l.content = si.content
+	l.sum.ContentDigest = bundle.FormatDigest(si.content)
+	held, refuse = holds(absPath(l.plan.Dest), si.content, si.presets, l.plan.Force)
+	return held, refuse, nil
+}
+
+// holds reports whether dest holds the set of content digest want with
+// the presets named, unchanged since its install; or why it is refused
+// without force (a tree kbundle installed that changed since). Anything
+// else (no record, an older kbundle's marker, another set) is Stage's to
+// judge by the usual rules.
+func holds(dest string, want bundle.Digest, presets string, force bool) (bool, error) {
+	rec, err := bundle.ReadInstallRecord(dest)
+	if err != nil || rec.Dest != dest {
+		return false, nil // the relocation named another place: not this set as installed here
+	}
+	ch, err := bundle.CompareTree(dest, rec)
+	if err != nil {
+		return false, nil
+	}
+	if !ch.Same() {
+		if force {
+			return false, nil
+		}
+		return false, &bundle.Error{File: dest, Err: bundle.ErrExist, Msg: fmt.Sprintf(
+			"kbundle installed it (content digest %s) and its tree changed since (%s entries: the job compiled more); "+
+				"`kbundle harvest` will keep those entries (not built yet); --force replaces it and loses them", rec.ContentDigest, ch)}
+	}
+	return rec.ContentDigest == bundle.FormatDigest(want) && strings.Join(rec.Presets, ",") == presets, nil
+}
+
+// shareHeld gives every rank the set's content digest and the number of
+// nodes that already held it.
+func (l *leader) shareHeld() error {
+	buf := make([]byte, 16)
+	if l.world.Rank() == 0 {
+		copy(buf, l.content[:])
+	}
+	if err := l.world.Bcast(buf, 0); err != nil {
+		return commErr("content digest", err)
+	}
+	var d bundle.Digest
+	copy(d[:], buf)
+	l.sum.ContentDigest = bundle.FormatDigest(d)
+	var mine int64
+	if l.sum.AlreadyInstalled {
+		mine = 1
+	}
+	n, err := l.world.AllreduceInt64(mine, mpi.Sum)
+	if err != nil {
+		return commErr("content digest", err)
+	}
+	l.sum.InstalledNodes = int(n)
+	return nil
+}
