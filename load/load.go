@@ -30,7 +30,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -426,7 +425,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.Comm) error {
 // checkHost compares this node with the warm-up machine.
 func (l *leader) checkHost(k *sink) error {
 	if l.plan.HostInfo != nil {
-		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo())
+		l.sum.MismatchKeys = diffHost(k.s.Meta(), l.plan.HostInfo())
 	}
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
-	"github.com/kbundle/kbundle/internal/loadcmd"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
@@ -77,18 +77,6 @@ type loadSummary struct {
 	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
 	TakenNodes    int      `json:"taken_nodes,omitempty"`
 }
-
-// selfComm is a communicator of one rank, for loading without MPI.
-type selfComm struct{}
-
-func (selfComm) Rank() int                                       { return 0 }
-func (selfComm) Size() int                                       { return 1 }
-func (selfComm) Bcast([]byte, int) error                         { return nil }
-func (selfComm) AllreduceInt64(v int64, _ mpi.Op) (int64, error) { return v, nil }
-func (selfComm) Barrier() error                                  { return nil }
-func (selfComm) SplitShared() (broadcast.NodeComm, error)        { return selfComm{}, nil }
-func (selfComm) Split(int, int) (broadcast.NodeComm, error)      { return selfComm{}, nil }
-func (selfComm) Free() error                                     { return nil }
 
 // loader carries one `kbundle load` run.
 type loader struct {
@@ -169,7 +157,7 @@ func loadAction(c *cli.Context) error {
 	if mpi.Enabled && (det.MPI || derr != nil) {
 		return l.withMPI(det, path)
 	}
-	var world broadcast.NodeComm = selfComm{}
+	world := broadcast.Self()
 	l.tasks = det.MPI
 	if det.MPI {
 		l.warnf("this kbundle was built without MPI: each of the %d tasks reads the bundle itself "+

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )

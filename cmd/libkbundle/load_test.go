@@ -12,7 +12,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/mpi"
 )
 

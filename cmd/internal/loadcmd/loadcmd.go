@@ -18,7 +18,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 )
