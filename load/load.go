@@ -76,12 +76,6 @@ type Plan struct {
 	// meanwhile. It changes the process's thread affinity and GOMAXPROCS
 	// during the extraction and restores them.
 	BorrowNodeCPUs bool
-	// Timeout, when above 0, bounds the whole call: when it runs out (a
-	// network link down, a rank gone), the temporary trees are removed and
-	// OnTimeout is called, which must end the process (MPI_Abort): no
-	// collective can be abandoned half-way.
-	Timeout   time.Duration
-	OnTimeout func(msg string)
 	// Trust adds the owners and groups the trust checks of the bundle (on
 	// rank 0) and of each Dest's parent accept besides the user and root
 	// (nil: none).
@@ -143,14 +137,6 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	}
 	if plan.Dest == "" {
 		return nil, errors.New("load: no destination directory")
-	}
-	if plan.Timeout > 0 && plan.OnTimeout != nil {
-		t := time.AfterFunc(plan.Timeout, func() {
-			bundle.RemoveTemps()
-			plan.OnTimeout(fmt.Sprintf("rank %d (%s): load did not finish within %s (a node or link may be down); aborting the job",
-				world.Rank(), plan.Host, plan.Timeout))
-		})
-		defer t.Stop()
 	}
 	var node broadcast.NodeComm
 	base := plan.Dest

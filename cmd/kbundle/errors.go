@@ -35,9 +35,8 @@ func atDest(err error) error {
 	return &destError{err}
 }
 
-// forceHint is the hint for a destination that exists.
-const forceHint = "hint: pass --force to replace the destination: it deletes everything in it, and only a tree kbundle installed (one holding " +
-	bundle.InstalledMarker + ") is replaced; or choose another destination"
+// forceHint is the hint for a destination that exists (load's too).
+const forceHint = loadcmd.ForceHint
 
 // exitFor is the one classification of errors for every command: the exit
 // status and a "hint: ..." line telling the user how to fix err ("" when
@@ -82,12 +81,6 @@ func exitFor(err error) (code int, hint string) {
 		return exitError, "hint: permission denied; if on the destination, choose one you can write (--to or KBUNDLE_LOCAL_DIR)"
 	}
 	return exitError, ""
-}
-
-// hint is exitFor's hint alone.
-func hint(err error) string {
-	_, h := exitFor(err)
-	return h
 }
 
 // exit turns err into a cli exit error with exitFor's status and hint.

@@ -73,12 +73,6 @@ func (v *timeoutValue) String() string {
 	return v.d.String()
 }
 
-// timeoutFlag is load's --timeout; timeout(c) reads it.
-func timeoutFlag(def time.Duration, usage string) *cli.GenericFlag {
-	return &cli.GenericFlag{Name: "timeout", Value: &timeoutValue{def}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
-		Usage: usage + " (`D`: seconds, or with a unit: 30s, 10m)"}
-}
-
 // timeout returns --timeout's value.
 func timeout(c *cli.Context) time.Duration {
 	if v, ok := c.Generic("timeout").(*timeoutValue); ok {
