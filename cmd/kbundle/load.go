@@ -22,15 +22,16 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env] [--timeout D] [-q]",
-		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, DIR defaulting to\n" +
-			"$KBUNDLE_CACHE_DIR), checks it and broadcasts it; one rank per node extracts it\n" +
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--preset NAME]... [--print-env] [--jobs N] [--timeout D] [-q]",
+		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
+			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
 			"$TMPDIR/kbundle-USER-JOB, else /tmp/kbundle-USER-JOB (JOB: the scheduler's job id,\n" +
 			"so the application's later launch finds it). DEST is printed on stdout\n" +
 			"by rank 0, a summary on stderr. Without a launcher, or with one task, it loads\n" +
 			"locally. With --preset, each node's copy is relocated for the framework and\n" +
-			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n\n" +
+			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n" +
+			"A flag given wins over its variable ([$NAME] below), which wins over the default.\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
 			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
 			"A failure on any node installs nothing on every node; the message names the\n" +

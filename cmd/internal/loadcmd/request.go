@@ -61,7 +61,7 @@ var Settings = []Setting{
 	{Flag: "jobs", Alias: "j", Keyword: "jobs", Env: "KBUNDLE_JOBS",
 		Usage: fmt.Sprintf("use `N` extraction workers per node (0: all cores; 0..%d)", bundle.MaxJobs)},
 	{Flag: "timeout", Keyword: "timeout", Env: "KBUNDLE_TIMEOUT",
-		Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down (`D`: seconds, or with a unit: 30s, 10m; 0: none; default 10m)"},
+		Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down (`D`: seconds, or with a unit: 30s, 10m; 0: none)"},
 	{Env: "KBUNDLE_TRUSTED_OWNERS", Usage: "users trusted to have written the bundle and DEST's parents, besides you and root"},
 	{Env: "KBUNDLE_TRUSTED_GROUPS", Usage: "groups trusted likewise"},
 	{Env: "KBUNDLE_BCAST_CHUNK", Usage: "the size of each broadcast, in bytes"},
