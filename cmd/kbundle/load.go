@@ -159,7 +159,7 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return l.failure(loadcmd.Failure(loadcmd.CLI, err))
 	}
-	if c.Bool("print-env") && len(opts.Presets) == 0 {
+	if c.Bool("print-env") && len(opts.Presets()) == 0 {
 		return l.fail("--print-env needs --preset NAME", exitUsage)
 	}
 	if derr != nil {

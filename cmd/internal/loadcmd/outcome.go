@@ -116,25 +116,16 @@ func NoMPIWarning(tasks int) string {
 // notLoaded is what load_bundle's caller does without strict: go on.
 const notLoaded = "not loaded: the application compiles its kernels as usual"
 
-// Kind is a failed load's class: what a caller does about it. It is the
-// same on every rank, except Comm.
+// Kind is a failed load's class, what its caller does about it: the same
+// on every rank but Comm. Exit gives `kbundle load`'s status; Python
+// raises the exception named.
 type Kind string
 
 const (
-	// Unusable: the bundle cannot be used (missing, damaged, untrusted,
-	// none configured). Exit 3; Python's BundleUnusableError.
-	Unusable Kind = "unusable"
-	// Failed: the load failed on some node (destination exists or is
-	// unwritable, disk full, the bundle unreadable); nothing was installed
-	// on any node. Exit 1; LoadFailedError.
-	Failed Kind = "failed"
-	// Usage: a bad argument or KBUNDLE_ variable. Exit 2;
-	// KbundleUsageError.
-	Usage Kind = "usage"
-	// Comm: MPI or the communicator cannot be used here (not initialised,
-	// too low a thread level, a communication failure); local to this
-	// rank. Exit 1; KbundleMPIError.
-	Comm Kind = "mpi"
+	Unusable Kind = "unusable" // the bundle: missing, damaged, untrusted, none configured (3; BundleUnusableError)
+	Failed   Kind = "failed"   // a node: DEST exists or is unwritable, disk full, the bundle unreadable; nothing installed (1; LoadFailedError)
+	Usage    Kind = "usage"    // a bad argument or KBUNDLE_ variable (2; KbundleUsageError)
+	Comm     Kind = "mpi"      // MPI or the communicator, on this rank only (1; KbundleMPIError)
 )
 
 // Exit is the exit status of kind k (docs/usage.md).
@@ -195,6 +186,7 @@ const TrustHint = "hint: KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS take 
 
 // Hint tells how to fix a load's err, in front f's terms, or "".
 func Hint(f Front, err error) string {
+	dest := map[Front]string{CLI: "DEST", Python: "dest"}[f]
 	switch {
 	case errors.Is(err, bundle.ErrTrustPolicy):
 		return TrustHint
@@ -204,36 +196,27 @@ func Hint(f Front, err error) string {
 		return "hint: use the libkbundle built with this MPI's mpicc (the Python package picks it from mpi4py's MPI unless KBUNDLE_LIBRARY says otherwise)"
 	case errors.Is(err, mpi.ErrNotInitialized):
 		return "hint: import mpi4py.MPI (which initialises MPI) before calling load_bundle"
-	case errors.Is(err, ErrUsage), errors.Is(err, broadcast.ErrComm):
-		return ""
-	case errors.Is(err, bundle.ErrDestination), errors.Is(err, bundle.ErrNoSpace), errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrUsage), errors.Is(err, broadcast.ErrComm), errors.Is(err, bundle.ErrDestination),
+		errors.Is(err, bundle.ErrNoSpace), errors.Is(err, context.Canceled):
 		return "" // the message says why and what to do, or nothing is to fix
-	case !errors.Is(err, broadcast.ErrNoBundle): // at a node's destination
-		dest := "another DEST"
-		if f == Python {
-			dest = "another dest"
-		}
-		switch {
-		case errors.Is(err, bundle.ErrExist) && f == Python:
-			return "hint: pass force=True to replace the destination"
-		case errors.Is(err, bundle.ErrExist):
-			return ForceHint
+	case errors.Is(err, broadcast.ErrNoBundle): // the bundle's
+		switch h := BundleHint(err); {
+		case h != "":
+			return h
+		case errors.Is(err, fs.ErrNotExist):
+			return MissingHint
 		case errors.Is(err, fs.ErrPermission):
-			return "hint: the destination is not writable by you; choose " + dest
-		case f == Python:
-			return "hint: the problem is the destination, not the bundle; check dest's path, permissions and free space"
+			return "hint: you cannot read the bundle; check its and its directories' permissions"
 		}
-		return "hint: the problem is the destination, not the bundle; check DEST's path, permissions and free space"
-	}
-	switch h := BundleHint(err); {
-	case h != "":
-		return h
-	case errors.Is(err, fs.ErrNotExist):
-		return MissingHint
+		return ""
+	case errors.Is(err, bundle.ErrExist) && f == Python:
+		return "hint: pass force=True to replace the destination"
+	case errors.Is(err, bundle.ErrExist):
+		return ForceHint
 	case errors.Is(err, fs.ErrPermission):
-		return "hint: you cannot read the bundle; check its and its directories' permissions"
+		return "hint: the destination is not writable by you; choose another " + dest
 	}
-	return ""
+	return "hint: the problem is the destination, not the bundle; check " + dest + "'s path, permissions and free space"
 }
 
 // Safe returns s unchanged when it is valid UTF-8 without control,

@@ -23,18 +23,19 @@ import (
 type Front int
 
 const (
-	// CLI is `kbundle load` (cmd/kbundle).
-	CLI Front = iota
-	// Python is load_bundle (cmd/libkbundle, python/kbundle).
-	Python
+	CLI    Front = iota // `kbundle load` (cmd/kbundle)
+	Python              // load_bundle (cmd/libkbundle, python/kbundle)
 )
 
-// name is what the front end calls a load in its messages.
-func (f Front) name() string {
+// name is what f calls a load in its messages.
+func (f Front) name() string { return [...]string{"load", "load_bundle"}[f] }
+
+// given is how f spells a value v given for s: "--jobs 5", "jobs=5".
+func (f Front) given(s string, v any) string {
 	if f == Python {
-		return "load_bundle"
+		return fmt.Sprintf("%s=%v", setting(s).Keyword, v)
 	}
-	return "load"
+	return fmt.Sprintf("--%s %v", s, v)
 }
 
 // A Setting is one knob of a load, the same for both front ends: a value
@@ -68,8 +69,8 @@ var Settings = []Setting{
 	{Env: "KBUNDLE_TEST_RANKS_PER_NODE", Usage: "for tests: every N consecutive ranks form one node"},
 }
 
-// Lookup returns the setting of flag name.
-func Lookup(flag string) Setting {
+// setting returns the setting of flag name.
+func setting(flag string) Setting {
 	for _, s := range Settings {
 		if s.Flag == flag {
 			return s
@@ -121,88 +122,64 @@ const DefaultTimeout = 10 * time.Minute
 // Options are a resolved Request: everything a load needs but its
 // destination's default name, which needs the job id (JobID, collective).
 type Options struct {
-	Bundle string // the bundle file; "" off rank 0 for Python (only rank 0's is read)
-	Dest   string // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
-	Force  bool
-	Jobs   int
-	// Presets to apply; UseRecorded: none were asked for, the bundle's
-	// recorded ones apply.
-	Presets     []*warmup.Preset
-	UseRecorded bool
-	Timeout     time.Duration // 0: none
-	plan        load.Plan     // the knobs: ChunkSize, RanksPerNode, Trust
-	getenv      func(string) string
+	Timeout time.Duration // 0: none
+	plan    load.Plan     // all but Dest, GuessableDest
+	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
+	getenv  func(string) string
 }
+
+// Presets are the presets asked for (none: the bundle's recorded ones).
+func (o Options) Presets() []*warmup.Preset { return o.plan.Presets }
 
 // Resolve reads r as front f reads it, on rank rank: each setting from the
 // Settings table (the value given, else its variable, else the default),
 // each checked once. It makes no collective call, so a front end can arm
 // its Guard with Options.Timeout before its first one. An error is this
 // rank's; it matches ErrUsage, or broadcast.ErrNoBundle when Python's
-// rank 0 has no bundle to read; the options are filled as far as they go
-// (Timeout always).
-func Resolve(r Request, f Front, rank int) (Options, error) {
-	getenv := r.getenv(f)
-	o := Options{Force: r.Force, Timeout: DefaultTimeout, getenv: getenv}
-	var errs []error
-	if d, err := resolveTimeout(r, f, getenv); err != nil {
-		errs = append(errs, err)
-	} else {
-		o.Timeout = d
+// rank 0 has no bundle to read. Timeout is set whatever the error.
+func Resolve(r Request, f Front, rank int) (o Options, err error) {
+	o.getenv = r.getenv(f)
+	if o.Timeout, err = resolveTimeout(r, f, o.getenv); err != nil {
+		o.Timeout = DefaultTimeout
+		return o, err
 	}
-	if n, err := resolveJobs(r, f, getenv); err != nil {
-		errs = append(errs, err)
-	} else {
-		o.Jobs = n
+	if o.plan, err = knobs(o.getenv); err != nil {
+		return o, &usageError{err}
+	}
+	p := &o.plan
+	p.Force = r.Force
+	if p.Jobs, err = resolveJobs(r, f, o.getenv); err != nil {
+		return o, err
 	}
 	names := r.Presets
-	if names == nil {
-		if v := getenv("KBUNDLE_PRESET"); v != "" {
-			names = &[]string{v}
+	if v := o.getenv("KBUNDLE_PRESET"); names == nil && v != "" {
+		names = &[]string{v}
+	}
+	if p.UseRecorded = names == nil; names != nil {
+		ps, err := warmup.ParseList(*names...)
+		if err != nil {
+			return o, &usageError{err}
 		}
+		p.Presets = append([]*warmup.Preset{}, ps...) // none, and not the recorded ones
 	}
-	if names == nil {
-		o.UseRecorded = true
-	} else if ps, err := warmup.ParseList(*names...); err != nil {
-		errs = append(errs, &usageError{err})
-	} else {
-		o.Presets = append([]*warmup.Preset{}, ps...) // none, and not the recorded ones
-	}
-	o.Dest = r.Dest
-	if o.Dest == "" {
-		o.Dest = getenv("KBUNDLE_LOCAL_DIR")
+	if o.dest = r.Dest; o.dest == "" {
+		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
 	// DEST is printed alone on stdout's first line, for scripts: a control
 	// character (a newline) in it would break that.
-	if f == CLI && strings.IndexFunc(o.Dest, unicode.IsControl) >= 0 {
-		errs = append(errs, usagef("--to %s: control characters are not allowed in DEST", Safe(o.Dest)))
+	if f == CLI && strings.IndexFunc(o.dest, unicode.IsControl) >= 0 {
+		return o, usagef("--to %s: control characters are not allowed in DEST", Safe(o.dest))
 	}
-	p, err := knobs(getenv)
-	if err != nil {
-		errs = append(errs, &usageError{err})
-	}
-	o.plan = p
-	b, err := resolveBundle(r, f, getenv, rank)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	o.Bundle = b
-	if len(errs) > 0 {
-		return o, errs[0]
-	}
-	return o, nil
+	p.Bundle, err = resolveBundle(r, f, o.getenv, rank)
+	return o, err
 }
 
 func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Duration, error) {
-	if r.Timeout != nil {
-		s := *r.Timeout
-		if s < 0 || s > float64(math.MaxInt64/int64(time.Second)) || s != s {
-			if f == CLI {
-				return 0, usagef("--timeout %v: want seconds, 0 (none) or more", s)
-			}
-			return 0, usagef("timeout=%v: want seconds, 0 (none) or more", s)
+	if s := r.Timeout; s != nil {
+		if *s < 0 || *s > float64(math.MaxInt64/int64(time.Second)) || *s != *s {
+			return 0, usagef("%s: want seconds, 0 (none) or more", f.given("timeout", *s))
 		}
-		return time.Duration(s * float64(time.Second)), nil
+		return time.Duration(*s * float64(time.Second)), nil
 	}
 	if v := getenv("KBUNDLE_TIMEOUT"); v != "" {
 		d, err := ParseTimeout(v)
@@ -215,15 +192,11 @@ func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Durati
 }
 
 func resolveJobs(r Request, f Front, getenv func(string) string) (int, error) {
-	if r.Jobs != nil {
-		n := *r.Jobs
-		if n < 0 || n > bundle.MaxJobs {
-			if f == CLI {
-				return 0, usagef("--jobs %d: must be 0 (all cores) to %d", n, bundle.MaxJobs)
-			}
-			return 0, usagef("jobs=%d: must be 0 (all cores) to %d", n, bundle.MaxJobs)
+	if n := r.Jobs; n != nil {
+		if *n < 0 || *n > bundle.MaxJobs {
+			return 0, usagef("%s: must be 0 (all cores) to %d", f.given("jobs", *n), bundle.MaxJobs)
 		}
-		return n, nil
+		return *n, nil
 	}
 	if v := getenv("KBUNDLE_JOBS"); v != "" {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -245,17 +218,13 @@ func resolveBundle(r Request, f Front, getenv func(string) string, rank int) (st
 		return r.Bundle, nil
 	case r.Dir != "":
 		return filepath.Join(r.Dir, broadcast.BundleName), nil
-	}
-	if v := getenv("KBUNDLE_BUNDLE"); v != "" {
-		return v, nil
-	}
-	if dir := getenv(broadcast.CacheDirEnv); dir != "" {
-		return filepath.Join(dir, broadcast.BundleName), nil
-	}
-	if f == CLI {
+	case getenv("KBUNDLE_BUNDLE") != "":
+		return getenv("KBUNDLE_BUNDLE"), nil
+	case getenv(broadcast.CacheDirEnv) != "":
+		return filepath.Join(getenv(broadcast.CacheDirEnv), broadcast.BundleName), nil
+	case f == CLI:
 		return "", usagef("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
-	}
-	if rank != 0 { // only rank 0's bundle is read
+	case rank != 0: // only rank 0's bundle is read
 		return "", nil
 	}
 	return "", fmt.Errorf("%w: no bundle given: pass bundle=FILE or set %s (or KBUNDLE_BUNDLE)", broadcast.ErrNoBundle, broadcast.CacheDirEnv)
@@ -296,20 +265,12 @@ func knobs(getenv func(string) string) (load.Plan, error) {
 // process is one node; one of several tasks loading alone (tasks: a
 // launcher without MPI) keeps the default name even when another user
 // holds it, since the tasks could not agree on another.
-func (o Options) Plan(job string, usingMPI, tasks bool) (load.Plan, error) {
-	p := o.plan
-	dest, err := Dest(o.Dest, o.getenv, job)
-	if err != nil {
-		return p, err
-	}
-	p.Bundle, p.Dest, p.Force, p.Jobs = o.Bundle, dest, o.Force, o.Jobs
-	p.Presets, p.UseRecorded = o.Presets, o.UseRecorded
-	p.GuessableDest = o.Dest == "" && !tasks // the default name: moved if another user holds it
+func (o Options) Plan(job string, usingMPI, tasks bool) (p load.Plan, err error) {
+	p = o.plan
+	p.Dest, err = Dest(o.dest, o.getenv, job)
+	p.GuessableDest = o.dest == "" && !tasks // the default name: moved if another user holds it
 	if !usingMPI {
 		p.RanksPerNode = 0
 	}
-	return p, nil
+	return p, err
 }
-
-// Getenv is the environment the options were read from.
-func (o Options) Getenv() func(string) string { return o.getenv }

@@ -76,6 +76,6 @@ func Load(ctx context.Context, world broadcast.NodeComm, f Front, o Options, loc
 // several tasks of a node does when a launcher runs them without MPI and
 // the node's first task loads. Its error is Failure's.
 func (o Options) Check() error {
-	_, err := broadcast.LoadBundle(broadcast.Self(), broadcast.WithPath(o.Bundle), broadcast.WithTrust(o.plan.Trust))
+	_, err := broadcast.LoadBundle(broadcast.Self(), broadcast.WithPath(o.plan.Bundle), broadcast.WithTrust(o.plan.Trust))
 	return err
 }
