@@ -301,7 +301,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	if l.plan.Presets != nil {
 		// Asked for by name: say which have nothing in this bundle.
 		missing, _ := warmup.MissingContent(s, presets)
-		l.sum.EmptyPresets = strings.Split(presetNames(missing), ",")
+		l.sum.EmptyPresets = strings.Split(warmup.PresetNames(missing), ",")
 		if len(missing) == 0 {
 			l.sum.EmptyPresets = nil
 		}

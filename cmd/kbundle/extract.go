@@ -50,7 +50,7 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	named, err := lookupPresets(c.StringSlice("preset"))
+	named, err := warmup.ParseList(c.StringSlice("preset")...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -77,7 +77,7 @@ func extractAction(c *cli.Context) error {
 	}
 	if len(named) > 0 {
 		if missing, _ := warmup.MissingContent(rc.Reader, named); len(missing) > 0 {
-			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(presetNames(missing), ",", ", "))
+			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(warmup.PresetNames(missing), ",", ", "))
 		}
 	}
 	start := time.Now()
@@ -95,7 +95,7 @@ func extractAction(c *cli.Context) error {
 	if c.Bool("json") {
 		var names []string
 		if len(presets) > 0 {
-			names = strings.Split(presetNames(presets), ",")
+			names = strings.Split(warmup.PresetNames(presets), ",")
 		}
 		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
 			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env})
