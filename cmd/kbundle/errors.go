@@ -58,13 +58,7 @@ func exitFor(err error) (code int, hint string) {
 	case errors.Is(err, context.Canceled):
 		return exitError, "" // interrupted (a signal): nothing to fix
 	case errors.As(err, &de):
-		switch {
-		case errors.Is(err, bundle.ErrExist):
-			return exitError, forceHint
-		case errors.Is(err, fs.ErrPermission):
-			return exitError, "hint: the destination is not writable by you; choose another DEST"
-		}
-		return exitError, "hint: the problem is the destination, not the bundle; check DEST's path, permissions and free space"
+		return exitError, loadcmd.Hint(loadcmd.CLI, err) // a load's node-local failure is one too
 	case unusable != "":
 		return exitUnusable, unusable
 	case errors.Is(err, bundle.ErrExist):
