@@ -57,3 +57,18 @@ func (c mpiComm) Split(color, key int) (NodeComm, error) {
 	}
 	return mpiComm{n}, nil
 }
+
+// Self returns a communicator of one rank, for a load without MPI: its
+// collectives return at once, and its splits are itself.
+func Self() NodeComm { return selfComm{} }
+
+type selfComm struct{}
+
+func (selfComm) Rank() int                                       { return 0 }
+func (selfComm) Size() int                                       { return 1 }
+func (selfComm) Bcast([]byte, int) error                         { return nil }
+func (selfComm) AllreduceInt64(v int64, _ mpi.Op) (int64, error) { return v, nil }
+func (selfComm) Barrier() error                                  { return nil }
+func (selfComm) SplitShared() (NodeComm, error)                  { return selfComm{}, nil }
+func (selfComm) Split(int, int) (NodeComm, error)                { return selfComm{}, nil }
+func (selfComm) Free() error                                     { return nil }

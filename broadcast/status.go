@@ -46,6 +46,8 @@ var sentinels = []error{
 	bundle.ErrUntrusted,
 	bundle.ErrExist,
 	context.Canceled, // a rank was interrupted (a signal, a cancelled context)
+	bundle.ErrDestination,
+	bundle.ErrNoSpace,
 }
 
 func maskOf(err error) uint32 {

@@ -3,6 +3,7 @@ package broadcast
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -121,5 +122,17 @@ func TestMemorySinkShortPrelude(t *testing.T) {
 				t.Errorf("got %v, want ErrStatus", err)
 			}
 		})
+	}
+}
+
+// TestDestinationCrossesRanks: a destination refusal and a full disk keep
+// their sentinels across the agreement, so every front end gives them
+// the same hint (none: the message says what to do) as a local failure.
+func TestDestinationCrossesRanks(t *testing.T) {
+	for _, s := range []error{bundle.ErrDestination, bundle.ErrNoSpace} {
+		e := &Error{Reason: "x", mask: maskOf(fmt.Errorf("dest: %w", s))}
+		if !errors.Is(e, s) || errors.Is(e, ErrNoBundle) {
+			t.Errorf("%v: lost across the wire", s)
+		}
 	}
 }

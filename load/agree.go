@@ -62,7 +62,7 @@ func (l *leader) share() error {
 	// The presets: rank 0's choice (it may come from the bundle).
 	buf := make([]byte, maxPresetList)
 	if l.world.Rank() == 0 {
-		copy(buf, presetNames(l.presets))
+		copy(buf, warmup.PresetNames(l.presets))
 	}
 	if err := l.world.Bcast(buf, 0); err != nil {
 		return commErr("presets", err)
@@ -79,12 +79,4 @@ func (l *leader) share() error {
 		l.presets = ps
 	}
 	return nil
-}
-
-func presetNames(ps []*warmup.Preset) string {
-	var names []string
-	for _, p := range ps {
-		names = append(names, p.Name)
-	}
-	return strings.Join(names, ",")
 }

@@ -15,7 +15,7 @@ import (
 // recordInfo is what this node's install record says besides the tree.
 func (l *leader) recordInfo(presets []*warmup.Preset) bundle.RecordInfo {
 	info := bundle.RecordInfo{Job: l.plan.Job, Host: l.plan.Host, Bundle: l.bundlePath}
-	if names := presetNames(presets); names != "" {
+	if names := warmup.PresetNames(presets); names != "" {
 		info.Presets = strings.Split(names, ",")
 	}
 	return info
@@ -94,7 +94,7 @@ func (l *leader) checkHeld(group broadcast.Comm, rc *bundle.ReadCloser) (held bo
 		si := &setInfo{path: l.bundlePath}
 		if rc != nil {
 			if ps, perr := l.choosePresets(rc.Meta()); perr == nil {
-				si.ok, si.content, si.presets = true, rc.ContentDigest(), presetNames(ps)
+				si.ok, si.content, si.presets = true, rc.ContentDigest(), warmup.PresetNames(ps)
 				l.presets = ps
 			}
 		}

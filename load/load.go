@@ -30,7 +30,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -77,12 +76,6 @@ type Plan struct {
 	// meanwhile. It changes the process's thread affinity and GOMAXPROCS
 	// during the extraction and restores them.
 	BorrowNodeCPUs bool
-	// Timeout, when above 0, bounds the whole call: when it runs out (a
-	// network link down, a rank gone), the temporary trees are removed and
-	// OnTimeout is called, which must end the process (MPI_Abort): no
-	// collective can be abandoned half-way.
-	Timeout   time.Duration
-	OnTimeout func(msg string)
 	// Trust adds the owners and groups the trust checks of the bundle (on
 	// rank 0) and of each Dest's parent accept besides the user and root
 	// (nil: none).
@@ -154,14 +147,6 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	}
 	if plan.Dest == "" {
 		return nil, errors.New("load: no destination directory")
-	}
-	if plan.Timeout > 0 && plan.OnTimeout != nil {
-		t := time.AfterFunc(plan.Timeout, func() {
-			bundle.RemoveTemps()
-			plan.OnTimeout(fmt.Sprintf("rank %d (%s): load did not finish within %s (a node or link may be down); aborting the job",
-				world.Rank(), plan.Host, plan.Timeout))
-		})
-		defer t.Stop()
 	}
 	var node broadcast.NodeComm
 	base := plan.Dest
@@ -338,7 +323,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	if l.plan.Presets != nil {
 		// Asked for by name: say which have nothing in this bundle.
 		missing, _ := warmup.MissingContent(s, presets)
-		l.sum.EmptyPresets = strings.Split(presetNames(missing), ",")
+		l.sum.EmptyPresets = strings.Split(warmup.PresetNames(missing), ",")
 		if len(missing) == 0 {
 			l.sum.EmptyPresets = nil
 		}
@@ -511,7 +496,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 // checkHost compares this node with the warm-up machine.
 func (l *leader) checkHost(k *sink) error {
 	if l.plan.HostInfo != nil && k.s != nil {
-		l.sum.MismatchKeys = hostinfo.Diff(k.s.Meta(), l.plan.HostInfo())
+		l.sum.MismatchKeys = diffHost(k.s.Meta(), l.plan.HostInfo())
 	}
 	return nil
 }

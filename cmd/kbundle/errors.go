@@ -7,7 +7,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -35,10 +35,8 @@ func atDest(err error) error {
 	return &destError{err}
 }
 
-// forceHint is the hint for a destination that exists. The error itself
-// says what --force does (bundle.ErrExist's text): the hint adds the
-// other way out, rather than saying it twice (U23).
-const forceHint = "hint: or choose another destination"
+// forceHint is the hint for a destination that exists (load's too).
+const forceHint = loadcmd.ForceHint
 
 // exitFor is the one classification of errors for every command: the exit
 // status and a "hint: ..." line telling the user how to fix err ("" when
@@ -60,13 +58,7 @@ func exitFor(err error) (code int, hint string) {
 	case errors.Is(err, context.Canceled):
 		return exitError, "" // interrupted (a signal): nothing to fix
 	case errors.As(err, &de):
-		switch {
-		case errors.Is(err, bundle.ErrExist):
-			return exitError, forceHint
-		case errors.Is(err, fs.ErrPermission):
-			return exitError, "hint: the destination is not writable by you; choose another DEST"
-		}
-		return exitError, "hint: the problem is the destination, not the bundle; check DEST's path, permissions and free space"
+		return exitError, loadcmd.Hint(loadcmd.CLI, err) // a load's node-local failure is one too
 	case unusable != "":
 		return exitUnusable, unusable
 	case errors.Is(err, bundle.ErrExist):
@@ -83,12 +75,6 @@ func exitFor(err error) (code int, hint string) {
 		return exitError, "hint: permission denied; if on the destination, choose one you can write (--to or KBUNDLE_LOCAL_DIR)"
 	}
 	return exitError, ""
-}
-
-// hint is exitFor's hint alone.
-func hint(err error) string {
-	_, h := exitFor(err)
-	return h
 }
 
 // exit turns err into a cli exit error with exitFor's status and hint.

@@ -51,7 +51,7 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	named, err := lookupPresets(c.StringSlice("preset"))
+	named, err := warmup.ParseList(c.StringSlice("preset")...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -78,14 +78,14 @@ func extractAction(c *cli.Context) error {
 	}
 	if len(named) > 0 {
 		if missing, _ := warmup.MissingContent(rc.Reader, named); len(missing) > 0 {
-			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(presetNames(missing), ",", ", "))
+			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(warmup.PresetNames(missing), ",", ", "))
 		}
 	}
 	start := time.Now()
 	bar := newProgress(c, "extracting")
 	var applied []string
 	if len(presets) > 0 {
-		applied = strings.Split(presetNames(presets), ",")
+		applied = strings.Split(warmup.PresetNames(presets), ",")
 	}
 	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust,
 		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}})
@@ -101,7 +101,7 @@ func extractAction(c *cli.Context) error {
 	if c.Bool("json") {
 		var names []string
 		if len(presets) > 0 {
-			names = strings.Split(presetNames(presets), ",")
+			names = strings.Split(warmup.PresetNames(presets), ",")
 		}
 		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
 			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env})

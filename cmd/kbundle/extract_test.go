@@ -39,8 +39,8 @@ func TestRecordedOr(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || presetNames(got) != tc.want {
-				t.Fatalf("recordedOr = %q, %v; want %q", presetNames(got), err, tc.want)
+			if err != nil || warmup.PresetNames(got) != tc.want {
+				t.Fatalf("recordedOr = %q, %v; want %q", warmup.PresetNames(got), err, tc.want)
 			}
 		})
 	}

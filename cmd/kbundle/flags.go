@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -71,12 +71,6 @@ func (v *timeoutValue) String() string {
 		return ""
 	}
 	return v.d.String()
-}
-
-// timeoutFlag is load's --timeout; timeout(c) reads it.
-func timeoutFlag(def time.Duration, usage string) *cli.GenericFlag {
-	return &cli.GenericFlag{Name: "timeout", Value: &timeoutValue{def}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
-		Usage: usage + " (`D`: seconds, or with a unit: 30s, 10m)"}
 }
 
 // timeout returns --timeout's value.

@@ -82,7 +82,7 @@ func anyOf(xs []string, f func(string) bool) bool {
 // presetSubdirs are the subdirectories of the presets named in values,
 // and of the presets each includes (inductor's includes triton's).
 func presetSubdirs(values []string) ([]string, error) {
-	ps, err := lookupPresets(values)
+	ps, err := warmup.ParseList(values...)
 	if err != nil {
 		return nil, err
 	}

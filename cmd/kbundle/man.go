@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -62,7 +63,7 @@ func boundEnv(app *cli.App) map[string]struct {
 			if !ok {
 				continue
 			}
-			for _, e := range d.GetEnvVars() {
+			for _, e := range flagEnv(c, d) {
 				v := out[e]
 				if v.flag == nil {
 					v.flag = d
@@ -73,6 +74,21 @@ func boundEnv(app *cli.App) map[string]struct {
 		}
 	}
 	return out
+}
+
+// flagEnv is the variables of command c's flag d: its EnvVars, or for
+// load's flags, which loadcmd.Settings makes without EnvVars
+// (loadcmd.Resolve reads the variables), the setting's.
+func flagEnv(c *cli.Command, d cli.DocGenerationFlag) []string {
+	if e := d.GetEnvVars(); len(e) > 0 || c.Name != "load" {
+		return e
+	}
+	for _, s := range loadcmd.Settings {
+		if s.Flag != "" && s.Flag == d.Names()[0] && s.Env != "" {
+			return []string{s.Env}
+		}
+	}
+	return nil
 }
 
 // roff escapes s for a roff text line.

@@ -4,13 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 )
 
 // human formats a byte count with a binary unit.
@@ -56,14 +55,8 @@ func elapsed(d time.Duration) time.Duration {
 // start with a double quote, and Go-quoted otherwise, so that a bundle's names and metadata, or a path,
 // can never move the cursor, clear the screen, fake a line or reverse
 // text on the terminal of whoever lists them.
-func safe(s string) string {
-	if utf8.ValidString(s) && !strings.HasPrefix(s, `"`) && !strings.ContainsFunc(s, func(r rune) bool {
-		return !unicode.IsPrint(r) && r != ' '
-	}) {
-		return s
-	}
-	return strconv.Quote(s)
-}
+// (loadcmd.Safe, which load's messages use too.)
+func safe(s string) string { return loadcmd.Safe(s) }
 
 // cut shortens s to at most n runes, ending it with "…" when cut.
 func cut(s string, n int) string {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
@@ -38,17 +38,17 @@ func init() {
 				return cli.Exit("no cache directory: pass --dir DIR or set KBUNDLE_CACHE_DIR", exitUsage)
 			}
 			// Recorded in the bundle so that load applies them by default.
-			presets, err := lookupPresets(c.StringSlice("preset"))
+			presets, err := warmup.ParseList(c.StringSlice("preset")...)
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			start := time.Now()
-			res, err := packDir(c, dir, c.String("output"), presetNames(presets))
+			res, err := packDir(c, dir, c.String("output"), warmup.PresetNames(presets))
 			if err != nil {
 				return err
 			}
 			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
-				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), presetNames(missing))
+				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), warmup.PresetNames(missing))
 			}
 			return reportPack(c, dir, res, time.Since(start))
 		},

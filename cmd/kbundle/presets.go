@@ -103,34 +103,6 @@ func writePresets(w io.Writer, verbose bool) error {
 	return nil
 }
 
-// lookupPresets resolves --preset values; each may hold several names
-// separated by spaces or commas (KBUNDLE_PRESET="pocl pyopencl").
-func lookupPresets(values []string) ([]*warmup.Preset, error) {
-	var out []*warmup.Preset
-	seen := map[string]bool{}
-	for _, v := range values {
-		for _, name := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
-			p, err := warmup.Lookup(name)
-			if err != nil {
-				return nil, err
-			}
-			if !seen[p.Name] {
-				seen[p.Name] = true
-				out = append(out, p)
-			}
-		}
-	}
-	return out, nil
-}
-
-func presetNames(ps []*warmup.Preset) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.Name
-	}
-	return strings.Join(names, ",")
-}
-
 // recordedOr returns the presets a command that installs a bundle applies
 // (extract; load decides the same in package load): named, the --preset
 // values, when --preset was given (given: even empty, which applies none),

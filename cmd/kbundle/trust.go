@@ -4,12 +4,12 @@ import (
 	"os"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
-// trustHint says how the trust variables are written.
-const trustHint = "hint: KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS take group and user names or numeric ids, separated by commas or spaces"
+// trustHint says how the trust variables are written (load's too).
+const trustHint = loadcmd.TrustHint
 
 // trustPolicy returns the trust policy of $KBUNDLE_TRUSTED_GROUPS and
 // $KBUNDLE_TRUSTED_OWNERS. A malformed one is a usage error (exit 2),

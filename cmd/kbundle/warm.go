@@ -59,7 +59,7 @@ func warm(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	presets, err := lookupPresets(c.StringSlice("preset"))
+	presets, err := warmup.ParseList(c.StringSlice("preset")...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -130,7 +130,7 @@ func warm(c *cli.Context) error {
 		warmWarn(c.App.ErrWriter, "the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
 	}
 	if c.Bool("pack") {
-		pres, err := packDir(c, dir, out, presetNames(presets))
+		pres, err := packDir(c, dir, out, warmup.PresetNames(presets))
 		if err != nil {
 			return err
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/loadcmd"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/mpi"
 )
 
@@ -48,15 +48,16 @@ func testBundle(t *testing.T) (tree, file string) {
 
 // runAll runs one request on every rank of a fake world of the given
 // nodes; req(rank) gives each rank's request.
-func runAll(t *testing.T, nodes []int, req func(rank int) request) []result {
+func runAll(t *testing.T, nodes []int, req func(rank int) loadcmd.Request) []loadcmd.Outcome {
 	t.Helper()
 	world := broadcasttest.World(nodes...)
-	return broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) result {
-		return run(context.Background(), c, req(c.Rank()), func(msg string) { t.Errorf("timeout: %s", msg) })
+	return broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) loadcmd.Outcome {
+		opts, local := loadcmd.Resolve(req(c.Rank()), loadcmd.Python, c.Rank())
+		return run(context.Background(), c, opts, local)
 	})
 }
 
-func same(t *testing.T, rs []result) {
+func same(t *testing.T, rs []loadcmd.Outcome) {
 	t.Helper()
 	for i := range rs {
 		a, b := rs[0], rs[i]
@@ -77,9 +78,9 @@ func TestRun(t *testing.T) {
 	cases := []struct {
 		name    string
 		nodes   []int
-		req     func(dest string) request
+		req     func(dest string) loadcmd.Request
 		ok      bool
-		kind    string
+		kind    loadcmd.Kind
 		reason  string // regexp
 		hint    string // substring
 		presets string
@@ -89,67 +90,83 @@ func TestRun(t *testing.T) {
 		empty     string // rank 0's EmptyPresets
 	}{
 		{name: "one node recorded preset", nodes: []int{0, 0, 0},
-			req: func(d string) request { return request{Bundle: file, Dest: d} }, ok: true, presets: "triton"},
+			req: func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file, Dest: d} }, ok: true, presets: "triton"},
 		{name: "two nodes no preset", nodes: []int{0, 0, 1, 1},
-			req: func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{})} }, ok: true,
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{})}
+			}, ok: true,
 			destNodes: -2},
 		{name: "cache dir from the environment", nodes: []int{0},
-			req: func(d string) request {
-				return request{Dest: d, Environ: map[string]string{"KBUNDLE_CACHE_DIR": filepath.Dir(file)}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Dest: d, Environ: map[string]string{"KBUNDLE_CACHE_DIR": filepath.Dir(file)}}
 			}, ok: true, presets: "triton"},
 		{name: "fake nodes", nodes: []int{0, 0, 0, 0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TEST_RANKS_PER_NODE": "2"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TEST_RANKS_PER_NODE": "2"}}
 			}, ok: true, presets: "triton", destNodes: 2},
 		{name: "missing", nodes: []int{0, 0},
-			req:  func(d string) request { return request{Bundle: file + ".nope", Dest: d} },
-			kind: kindUnusable, reason: `cache\.kbundle\.nope`, hint: "kbundle warm --pack"},
+			req:  func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file + ".nope", Dest: d} },
+			kind: loadcmd.Unusable, reason: `cache\.kbundle\.nope`, hint: "kbundle warm --pack"},
 		{name: "no bundle configured", nodes: []int{0, 1},
-			req:  func(d string) request { return request{Dest: d} },
-			kind: kindUnusable, reason: `no bundle given: pass bundle=FILE or set KBUNDLE_CACHE_DIR`},
+			req:  func(d string) loadcmd.Request { return loadcmd.Request{Dest: d} },
+			kind: loadcmd.Unusable, reason: `no bundle given: pass bundle=FILE or set KBUNDLE_CACHE_DIR`},
 		{name: "unknown preset", nodes: []int{0, 0},
-			req:  func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{"triton,nosuch"})} },
-			kind: kindUsage, reason: `nosuch`},
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{"triton,nosuch"})}
+			},
+			kind: loadcmd.Usage, reason: `nosuch`},
 		{name: "preset from the environment", nodes: []int{0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_PRESET": "numba triton"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_PRESET": "numba triton"}}
 			}, ok: true, presets: "numba,triton"},
 		{name: "named preset with nothing in the bundle", nodes: []int{0, 0},
-			req: func(d string) request { return request{Bundle: file, Dest: d, Presets: ptr([]string{"jax"})} },
-			ok:  true, presets: "jax", empty: "jax"},
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{"jax"})}
+			},
+			ok: true, presets: "jax", empty: "jax"},
 		{name: "bad jobs variable", nodes: []int{0, 0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_JOBS": "many"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_JOBS": "many"}}
 			},
-			kind: kindUsage, reason: `KBUNDLE_JOBS="many"`},
+			kind: loadcmd.Usage, reason: `KBUNDLE_JOBS="many"`},
 		{name: "negative jobs", nodes: []int{0},
-			req:  func(d string) request { return request{Bundle: file, Dest: d, Jobs: ptr(-2)} },
-			kind: kindUsage, reason: `jobs=-2`},
+			req:  func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file, Dest: d, Jobs: ptr(-2)} },
+			kind: loadcmd.Usage, reason: `jobs=-2`},
+		// Drifts of the 2026-12-01 design review: jobs is bounded as for
+		// `kbundle load` (5000 was clamped silently), and KBUNDLE_BUNDLE is
+		// read as by `kbundle load` (it was ignored).
+		{name: "too many jobs", nodes: []int{0},
+			req:  func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file, Dest: d, Jobs: ptr(5000)} },
+			kind: loadcmd.Usage, reason: `jobs=5000: must be 0 \(all cores\) to 1024`},
+		{name: "bundle from KBUNDLE_BUNDLE", nodes: []int{0, 0},
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Dest: d, Environ: map[string]string{"KBUNDLE_BUNDLE": file, "KBUNDLE_CACHE_DIR": "/nonexistent"}}
+			}, ok: true, presets: "triton"},
 		{name: "bad timeout variable", nodes: []int{0, 0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}
 			},
-			kind: kindUsage, reason: `KBUNDLE_TIMEOUT: timeout "soon"`},
+			kind: loadcmd.Usage, reason: `KBUNDLE_TIMEOUT: timeout "soon"`},
 		{name: "negative timeout", nodes: []int{0},
-			req:  func(d string) request { return request{Bundle: file, Dest: d, Timeout: ptr(-1.0)} },
-			kind: kindUsage, reason: `timeout=-1`},
+			req:  func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file, Dest: d, Timeout: ptr(-1.0)} },
+			kind: loadcmd.Usage, reason: `timeout=-1`},
 		// U10: a typo in the trust settings is a usage error, not an
 		// unusable bundle (which the fallback scripts read as "run cold").
 		{name: "bad trusted groups", nodes: []int{0, 0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": "nosuchgrp-kbundle"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": "nosuchgrp-kbundle"}}
 			},
-			kind: kindUsage, reason: `KBUNDLE_TRUSTED_GROUPS: "nosuchgrp-kbundle" is not a known name`},
+			kind: loadcmd.Usage, reason: `KBUNDLE_TRUSTED_GROUPS: "nosuchgrp-kbundle" is not a known name`},
 		{name: "bad trusted owners", nodes: []int{0},
-			req: func(d string) request {
-				return request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_OWNERS": "root,nosuchuser-kbundle"}}
+			req: func(d string) loadcmd.Request {
+				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_TRUSTED_OWNERS": "root,nosuchuser-kbundle"}}
 			},
-			kind: kindUsage, reason: `KBUNDLE_TRUSTED_OWNERS: "nosuchuser-kbundle" is not a known name`},
+			kind: loadcmd.Usage, reason: `KBUNDLE_TRUSTED_OWNERS: "nosuchuser-kbundle" is not a known name`},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dest := filepath.Join(base, string(rune('a'+i)))
-			rs := runAll(t, c.nodes, func(rank int) request {
+			rs := runAll(t, c.nodes, func(rank int) loadcmd.Request {
 				if c.destNodes < 0 {
 					return c.req(fmt.Sprintf("%s.n%d", dest, rank/-c.destNodes))
 				}
@@ -200,23 +217,23 @@ func TestRun(t *testing.T) {
 func TestDefaultDest(t *testing.T) {
 	_, file := testBundle(t)
 	tmp := t.TempDir()
-	rs := runAll(t, []int{0, 0}, func(int) request {
-		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
+	rs := runAll(t, []int{0, 0}, func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
 	})
 	same(t, rs)
 	if !rs[0].OK || rs[0].Dest != filepath.Join(tmp, "kbundle-"+loadcmd.UserName()+"-4242") {
 		t.Fatalf("%+v", rs[0])
 	}
 	local := filepath.Join(t.TempDir(), "local")
-	rs = runAll(t, []int{0}, func(int) request {
-		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "KBUNDLE_LOCAL_DIR": local}}
+	rs = runAll(t, []int{0}, func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "KBUNDLE_LOCAL_DIR": local}}
 	})
 	if !rs[0].OK || rs[0].Dest != local {
 		t.Fatalf("%+v", rs[0])
 	}
 	// The destination holds this set now: a re-run leaves it as it is.
-	again := func(int) request {
-		return request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
+	again := func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Environ: map[string]string{"TMPDIR": tmp, "SLURM_JOB_ID": "4242"}}
 	}
 	rs = runAll(t, []int{0, 1}, again)
 	same(t, rs)
@@ -229,7 +246,7 @@ func TestDefaultDest(t *testing.T) {
 	}
 	rs = runAll(t, []int{0, 1}, again)
 	same(t, rs)
-	if rs[0].OK || rs[0].Kind != kindFailed || !strings.Contains(rs[0].Hint, "force=True") ||
+	if rs[0].OK || rs[0].Kind != loadcmd.Failed || !strings.Contains(rs[0].Hint, "force=True") ||
 		!strings.Contains(rs[0].Reason, "nothing was installed on any node") || !strings.Contains(rs[0].Reason, "kbundle harvest") {
 		t.Fatalf("%+v", rs[0])
 	}
@@ -238,15 +255,37 @@ func TestDefaultDest(t *testing.T) {
 // TestLoadFortranErrors: the C entry's answers before any collective, in
 // a build without MPI or with MPI not initialised.
 func TestLoadFortranErrors(t *testing.T) {
-	var r result
-	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{")), &r); err != nil || r.OK || r.Kind != kindUsage {
+	var r loadcmd.Outcome
+	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{")), &r); err != nil || r.OK || r.Kind != loadcmd.Usage {
 		t.Errorf("bad JSON: %+v %v", r, err)
 	}
 	if mpi.Initialized() {
 		t.Skip("MPI is initialised")
 	}
-	r = result{}
-	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{}")), &r); err != nil || r.OK || r.Kind != kindMPI {
+	r = loadcmd.Outcome{}
+	if err := json.Unmarshal(loadFortran(context.Background(), 0, []byte("{}")), &r); err != nil || r.OK || r.Kind != loadcmd.Comm {
 		t.Errorf("no MPI: %+v %v", r, err)
+	}
+}
+
+// TestWarningsFromGo: the warnings Python prints come in the answer, in
+// Go's words (python/kbundle/_load.py has none of its own), on success
+// and, without strict, on failure.
+func TestWarningsFromGo(t *testing.T) {
+	_, file := testBundle(t)
+	dest := filepath.Join(t.TempDir(), "d")
+	rs := runAll(t, []int{0, 0}, func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Dest: dest, Presets: ptr([]string{"jax"})}
+	})
+	if w := rs[0].Warnings; !rs[0].OK || len(w) != 1 || !strings.HasPrefix(w[0], "warning: the bundle has nothing for preset jax") {
+		t.Errorf("warnings %q", w)
+	}
+	rs = runAll(t, []int{0}, func(int) loadcmd.Request { return loadcmd.Request{Bundle: file + ".nope", Dest: dest + "2"} })
+	if w := rs[0].Warnings; rs[0].OK || len(w) != 1 || !strings.HasPrefix(w[0], "not loaded: ") {
+		t.Errorf("warnings %q", w)
+	}
+	b := encode(rs[0])
+	if !strings.Contains(string(b), `"warnings":["not loaded: `) {
+		t.Errorf("JSON %s", b)
 	}
 }

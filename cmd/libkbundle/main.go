@@ -16,7 +16,7 @@
 //
 // kbundle_load is collective over the communicator whose Fortran handle
 // is comm (mpi4py: comm.py2f()); request and the result are JSON objects
-// (see request and result in load.go). kbundle_mpi_family names the MPI
+// (loadcmd.Request and loadcmd.Outcome). kbundle_mpi_family names the MPI
 // the library was built for ("openmpi" or "mpich"), making no MPI call:
 // the caller checks it against the program's MPI before kbundle_load,
 // since a library built for another MPI has its MPI calls bound to the

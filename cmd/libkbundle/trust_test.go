@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 )
 
 // V3 of the 2026-12-01 security review: every knob of kbundle_load is
@@ -19,8 +21,8 @@ func TestSecTrustPolicyIgnoresRequestEnviron(t *testing.T) {
 		t.Skip(err)
 	}
 	os.Chmod(filepath.Dir(file), 0o775) // writable by the caller's own group
-	res := runAll(t, []int{0}, func(int) request {
-		return request{Bundle: file, Dest: filepath.Join(t.TempDir(), "d"),
+	res := runAll(t, []int{0}, func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Dest: filepath.Join(t.TempDir(), "d"),
 			Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": g.Name}}
 	})
 	if !res[0].OK {
@@ -29,10 +31,10 @@ func TestSecTrustPolicyIgnoresRequestEnviron(t *testing.T) {
 	// And the process environment is not read: the group trusted there
 	// but not in the request is not trusted.
 	t.Setenv("KBUNDLE_TRUSTED_GROUPS", g.Name)
-	res = runAll(t, []int{0}, func(int) request {
-		return request{Bundle: file, Dest: filepath.Join(t.TempDir(), "d")}
+	res = runAll(t, []int{0}, func(int) loadcmd.Request {
+		return loadcmd.Request{Bundle: file, Dest: filepath.Join(t.TempDir(), "d")}
 	})
-	if res[0].OK || res[0].Kind != kindUnusable {
+	if res[0].OK || res[0].Kind != loadcmd.Unusable {
 		t.Errorf("KBUNDLE_TRUSTED_GROUPS=%s only in the process environment: %+v, want the bundle refused", g.Name, res[0])
 	}
 }

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _frameworks, _lib
 from ._errors import (
@@ -88,6 +88,9 @@ class LoadResult:
     content_digest: str = ""
     already_installed_nodes: int = 0
     already_installed: bool = False
+    #: The warnings rank 0 issued as KbundleWarning (libkbundle's words,
+    #: without "kbundle: ").
+    warnings: Tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.ok
@@ -187,33 +190,13 @@ def load_bundle(
         content_digest=out.get("content_digest", ""),
         already_installed_nodes=int(out.get("already_installed_nodes", 0)),
         already_installed=bool(out.get("already_installed", False)),
+        warnings=tuple(out.get("warnings") or ()),
     )
     if rank0:
         for msg in late:
             warnings.warn(f"kbundle: warning: {msg}", KbundleWarning, stacklevel=2)
-    if rank0 and res.taken:
-        nodes = "1 node" if res.taken_nodes == 1 else f"{res.taken_nodes} nodes"
-        warnings.warn(
-            f"kbundle: warning: {res.taken} belongs to another user on {nodes} (made in advance, as if "
-            f"to deny this load); loaded into {res.dest} instead (os.environ points there)",
-            KbundleWarning,
-            stacklevel=2,
-        )
-    if rank0 and res.empty_presets:
-        warnings.warn(
-            f"kbundle: warning: the bundle has nothing for preset {', '.join(res.empty_presets)}: "
-            "its variables point at an empty directory",
-            KbundleWarning,
-            stacklevel=2,
-        )
-    if rank0 and res.mismatch_nodes:
-        what = "a node differs" if res.mismatch_nodes == 1 else f"{res.mismatch_nodes} nodes differ"
-        here = f" (here: {'; '.join(res.mismatch_keys)})" if res.mismatch_keys else ""
-        warnings.warn(
-            f"kbundle: warning: {what} from the machine the cache was warmed on{here}; compiled kernels may miss",
-            KbundleWarning,
-            stacklevel=2,
-        )
+        for line in _lines(out):
+            warnings.warn(line, KbundleWarning, stacklevel=2)
     return res
 
 
@@ -267,6 +250,11 @@ def _path(name: str, p: Optional[PathArg]) -> str:
     return s
 
 
+def _lines(out: Dict[str, Any]) -> List[str]:
+    """The warnings libkbundle gives, in Go's words, as rank 0 prints them."""
+    return ["kbundle: " + str(w) for w in out.get("warnings") or []]
+
+
 def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
     kind = str(out.get("kind", "mpi"))
     reason = str(out.get("reason", "unknown failure"))
@@ -279,10 +267,6 @@ def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
         cls = BundleUnusableError if kind == "unusable" else LoadFailedError
         raise cls(kind, reason, hint)
     if rank0:
-        warnings.warn(
-            message(reason, hint) + "\nkbundle: not loaded: the application compiles its kernels as usual",
-            KbundleWarning,
-            stacklevel=3,
-        )
-    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind)
+        warnings.warn("\n".join([message(reason, hint)] + _lines(out)), KbundleWarning, stacklevel=3)
+    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
 

@@ -24,7 +24,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, List, Optional
 
-from kbundle import KbundleMPIError, _frameworks, _lib
+import warnings
+
+from kbundle import KbundleMPIError, KbundleWarning, _frameworks, _lib, _load
 
 OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI"
 
@@ -296,6 +298,38 @@ class FrameworkTest(unittest.TestCase):
         # PyTorch 2.3 and later read the variable at each call.
         self.fake("torch._inductor.utils", cache_dir=lambda: os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
         self.assertEqual(_frameworks.apply({"TORCHINDUCTOR_CACHE_DIR": "/x/i"}), [])
+
+
+class WarningTest(unittest.TestCase):
+    """load_bundle prints the warnings libkbundle gives (Go's words, the
+    same as ``kbundle load``'s): it has none of its own."""
+
+    def test_failure_warns_with_gos_lines(self) -> None:
+        out: Dict[str, Any] = {
+            "ok": False,
+            "kind": "unusable",
+            "reason": "no usable bundle",
+            "hint": "hint: pack it",
+            "warnings": ["not loaded: from Go"],
+        }
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            res = _load._failure(out, strict=False, rank0=True)
+        self.assertFalse(res)
+        self.assertEqual(res.warnings, ("not loaded: from Go",))
+        self.assertEqual(len(got), 1)
+        self.assertIs(got[0].category, KbundleWarning)
+        self.assertEqual(str(got[0].message), "kbundle: no usable bundle\nkbundle: hint: pack it\nkbundle: not loaded: from Go")
+
+    def test_lines(self) -> None:
+        lines = _load._lines({"warnings": ["warning: a", "warning: b"]})
+        self.assertEqual(lines, ["kbundle: warning: a", "kbundle: warning: b"])
+        self.assertEqual(_load._lines({}), [])
+
+    def test_no_texts_of_its_own(self) -> None:
+        src = Path(_load.__file__).read_text()
+        for text in ("as if to deny", "has nothing for preset", "compiled kernels may miss", "compiles its kernels as usual"):
+            self.assertNotIn(text, src)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,22 @@
-// Package loadcmd is what the two front ends of package load share:
-// `kbundle load` (cmd/kbundle) and the Python binding's kbundle_load
-// (cmd/libkbundle) resolve a load's defaults alike, so that both install
-// a job's bundle at the same default destination and read the same knobs.
-// The environment is passed in as a lookup function (os.Getenv, or the
-// copy of the caller's environment the Python binding receives).
+// Package loadcmd is the one front door of a load, for its two front
+// ends: `kbundle load` (cmd/kbundle) and the Python binding's
+// kbundle_load (cmd/libkbundle). It holds
+//
+//   - the request and the settings (request.go): one table, Settings, of
+//     what a user can set, each resolved once (the value given, else its
+//     KBUNDLE_ variable, else the default) and checked once;
+//   - the guard (guard.go): the timeout, armed by both before their first
+//     collective;
+//   - the outcome (outcome.go): one JSON shape, one set of warning texts,
+//     one classification of failures (KindOf) into exit codes and
+//     Python's exceptions, and the hints;
+//   - the load itself between them (run.go), and what both share besides
+//     (loadcmd.go: the job id, the default destination, failure lines).
+//
+// The front ends keep only what is theirs: flags or JSON in, MPI set-up,
+// text or JSON out. It never exits, prints, or initialises MPI. The
+// environment is passed in as a lookup function (os.Getenv, or the copy
+// of the caller's environment the Python binding receives).
 package loadcmd
 
 import (
@@ -18,14 +31,9 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/internal/hostinfo"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 )
-
-// DefaultTimeout bounds a load unless the caller or $KBUNDLE_TIMEOUT
-// says otherwise.
-const DefaultTimeout = 10 * time.Minute
 
 // jobIDVars are the scheduler and launcher variables holding a job id,
 // first found first used.
@@ -68,38 +76,6 @@ func UserName() string {
 		return u.Username
 	}
 	return strconv.Itoa(os.Getuid())
-}
-
-// Plan returns a plan with what both front ends fill alike: this host's
-// name and description (hostinfo.Collect, called by load on leaders
-// only), BorrowNodeCPUs, and the knobs
-// $KBUNDLE_BCAST_CHUNK (ChunkSize) and, for tests,
-// $KBUNDLE_TEST_RANKS_PER_NODE (RanksPerNode: every N consecutive ranks
-// form one "node"), and the trust policy (Trust). The error is a knob's,
-// a usage error; the plan is filled as far as it goes.
-func Plan(getenv func(string) string) (load.Plan, error) {
-	host, _ := os.Hostname()
-	p := load.Plan{Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true}
-	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
-			return p, fmt.Errorf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize))
-		}
-		p.ChunkSize = n
-	}
-	if v := getenv("KBUNDLE_TEST_RANKS_PER_NODE"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return p, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
-		}
-		p.RanksPerNode = n
-	}
-	t, err := Trust(getenv)
-	if err != nil {
-		return p, err
-	}
-	p.Trust = t
-	return p, nil
 }
 
 // Trust returns the trust policy of $KBUNDLE_TRUSTED_GROUPS and

@@ -60,8 +60,8 @@ func TestDest(t *testing.T) {
 	}
 }
 
-func TestPlan(t *testing.T) {
-	p, err := Plan(env("KBUNDLE_BCAST_CHUNK", "4096", "KBUNDLE_TEST_RANKS_PER_NODE", "2"))
+func TestKnobs(t *testing.T) {
+	p, err := knobs(env("KBUNDLE_BCAST_CHUNK", "4096", "KBUNDLE_TEST_RANKS_PER_NODE", "2"))
 	if err != nil || p.ChunkSize != 4096 || p.RanksPerNode != 2 || !p.BorrowNodeCPUs || p.HostInfo == nil {
 		t.Errorf("%+v %v", p, err)
 	}
@@ -71,7 +71,7 @@ func TestPlan(t *testing.T) {
 		env("KBUNDLE_TEST_RANKS_PER_NODE", "0"),
 		env("KBUNDLE_TEST_RANKS_PER_NODE", "x"),
 	} {
-		if _, err := Plan(e); err == nil {
+		if _, err := knobs(e); err == nil {
 			t.Errorf("no error")
 		}
 	}
@@ -88,5 +88,36 @@ func TestReasons(t *testing.T) {
 	got := Reasons(&broadcast.Error{Reasons: named, Ranks: load.MaxNamed + 3})
 	if len(got) != load.MaxNamed+1 || !strings.Contains(got[len(got)-1], "and 3 more failing ranks") {
 		t.Errorf("%q", got)
+	}
+}
+
+// TestCLIDest: `kbundle load`'s DEST, as given (absolute) or the job's
+// default; a control character, which would break "DEST alone on
+// stdout's first line", is a usage error (it was cmd/kbundle's
+// TestDefaultDest).
+func TestCLIDest(t *testing.T) {
+	for _, c := range []struct {
+		to, job string
+		want    string // suffix; "" means an error
+	}{
+		{"/x/dest", "1", "/x/dest"},
+		{"/x/de\nst", "1", ""},
+		{"/x/\x1b[2Jdest", "1", ""},
+		{"", "42", "-42"},
+		{"", "../../etc", "-_.._.._etc"},
+	} {
+		o, err := Resolve(Request{Bundle: "b", Dest: c.to, Environ: map[string]string{}}, CLI, 0)
+		got := ""
+		if err == nil {
+			var p load.Plan
+			p, err = o.Plan(c.job, true, false)
+			got = p.Dest
+		}
+		switch {
+		case c.want == "" && (err == nil || !errors.Is(err, ErrUsage)):
+			t.Errorf("%q: %q %v, want a usage error", c.to, got, err)
+		case c.want != "" && (err != nil || !strings.HasSuffix(got, c.want)):
+			t.Errorf("%q %q: %q %v, want ...%s", c.to, c.job, got, err, c.want)
+		}
 	}
 }

@@ -1,0 +1,82 @@
+package loadcmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// TestKindOf: the one classification of a load's failures, its exit
+// status and each front end's hint.
+func TestKindOf(t *testing.T) {
+	nb := func(err error) error { return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err) }
+	for _, c := range []struct {
+		name    string
+		err     error
+		kind    Kind
+		exit    int
+		cli, py string // hint substrings; "-": no hint
+	}{
+		{"missing bundle", nb(fs.ErrNotExist), Unusable, 3, "kbundle warm --pack", "kbundle warm --pack"},
+		{"damaged", nb(bundle.ErrChecksum), Unusable, 3, "damaged", "damaged"},
+		{"untrusted", nb(bundle.ErrUntrusted), Unusable, 3, "kernels are code", "kernels are code"},
+		{"none configured", nb(errors.New("no bundle given")), Unusable, 3, "-", "-"},
+		{"unreadable bundle", nb(fs.ErrPermission), Failed, 1, "cannot read the bundle", "cannot read the bundle"},
+		{"dest exists", bundle.ErrExist, Failed, 1, "another destination", "force=True"},
+		{"dest refused", fmt.Errorf("x: %w", bundle.ErrDestination), Failed, 1, "-", "-"},
+		{"disk full", bundle.ErrNoSpace, Failed, 1, "-", "-"},
+		{"dest unwritable", fs.ErrPermission, Failed, 1, "choose another DEST", "choose another dest"},
+		{"dest other", errors.New("x"), Failed, 1, "DEST's path", "dest's path"},
+		{"interrupted", context.Canceled, Failed, 1, "-", "-"},
+		{"usage", usagef("--jobs 5000"), Usage, 2, "-", "-"},
+		{"trust", fmt.Errorf("%w: KBUNDLE_TRUSTED_GROUPS", bundle.ErrTrustPolicy), Usage, 2, "KBUNDLE_TRUSTED_GROUPS and", "KBUNDLE_TRUSTED_GROUPS and"},
+		{"comm", fmt.Errorf("%w: split", broadcast.ErrComm), Comm, 1, "-", "-"},
+		{"adopt", AtComm(mpi.ErrThreadLevel), Comm, 1, "thread_level", "thread_level"},
+		{"any MPI set-up error", AtComm(errors.New("no MPI")), Comm, 1, "-", "-"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if k := KindOf(c.err); k != c.kind || k.Exit() != c.exit {
+				t.Errorf("kind %q exit %d, want %q %d", k, k.Exit(), c.kind, c.exit)
+			}
+			for _, h := range []struct {
+				f    Front
+				want string
+			}{{CLI, c.cli}, {Python, c.py}} {
+				got := Hint(h.f, c.err)
+				if h.want == "-" && got != "" || h.want != "-" && !strings.Contains(got, h.want) {
+					t.Errorf("front %d: hint %q, want %q", h.f, got, h.want)
+				}
+			}
+		})
+	}
+}
+
+// TestWarnings: one set of texts, for both front ends; names escaped.
+func TestWarnings(t *testing.T) {
+	w := Warnings(&load.Summary{Dest: "/t/d-1", Taken: "/t/d\x1b[2J", TakenNodes: 2, EmptyPresets: []string{"jax"},
+		MismatchNodes: 3, MismatchKeys: []string{"gpu.model: warmed on \"A\", here \"B\""}})
+	want := []string{
+		`warning: "/t/d\x1b[2J" belongs to another user on 2 nodes (made in advance, as if to deny this load); loaded into /t/d-1 instead`,
+		"warning: the bundle has nothing for preset jax: its variables point at an empty directory",
+		"warning: 3 nodes differ from the machine the cache was warmed on (rank 0's node: gpu.model: warmed on \"A\", here \"B\"); compiled kernels may miss",
+	}
+	if len(w) != len(want) {
+		t.Fatalf("%q", w)
+	}
+	for i := range want {
+		if !strings.HasPrefix(w[i], want[i]) {
+			t.Errorf("%q\nwant %q", w[i], want[i])
+		}
+	}
+	if w := Warnings(&load.Summary{}); w != nil {
+		t.Errorf("%q", w)
+	}
+}

@@ -1,0 +1,277 @@
+package loadcmd
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// Front is a front end of the load: it decides how a setting is spelt in
+// a message (--jobs, jobs=).
+type Front int
+
+const (
+	CLI    Front = iota // `kbundle load` (cmd/kbundle)
+	Python              // load_bundle (cmd/libkbundle, python/kbundle)
+)
+
+// name is what f calls a load in its messages.
+func (f Front) name() string { return [...]string{"load", "load_bundle"}[f] }
+
+// given is how f spells a value v given for s: "--jobs 5", "jobs=5".
+func (f Front) given(s string, v any) string {
+	if f == Python {
+		return fmt.Sprintf("%s=%v", setting(s).Keyword, v)
+	}
+	return fmt.Sprintf("--%s %v", s, v)
+}
+
+// A Setting is one knob of a load, the same for both front ends: a value
+// given (flag or keyword) wins, then its KBUNDLE_ variable, then the
+// default. Resolve reads and checks each; the CLI's flags are made from
+// this table, and tests check Python's keywords and docs/usage.md against
+// it.
+type Setting struct {
+	Flag    string // `kbundle load`'s --flag; "": none
+	Alias   string // the flag's one-letter alias; "": none
+	Keyword string // load_bundle's keyword; "": none
+	Env     string // its variable; "": none
+	Usage   string // what it does: the flag's help (the back-quoted word is its placeholder)
+}
+
+// The settings, in --help's order.
+var Settings = []Setting{
+	{Flag: "bundle", Alias: "b", Keyword: "bundle", Env: "KBUNDLE_BUNDLE", Usage: "bundle `FILE` to load"},
+	{Flag: "dir", Env: broadcast.CacheDirEnv, Usage: "the cache directory `DIR`: load DIR/" + broadcast.BundleName},
+	{Flag: "to", Keyword: "dest", Env: "KBUNDLE_LOCAL_DIR", Usage: "node-local `DEST`ination directory"},
+	{Flag: "force", Keyword: "force", Usage: "replace DEST if it exists and is not empty"},
+	{Flag: "preset", Alias: "p", Keyword: "preset", Env: "KBUNDLE_PRESET",
+		Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`); default: the bundle's recorded presets"},
+	{Flag: "jobs", Alias: "j", Keyword: "jobs", Env: "KBUNDLE_JOBS",
+		Usage: fmt.Sprintf("use `N` extraction workers per node (0: all cores; 0..%d)", bundle.MaxJobs)},
+	{Flag: "timeout", Keyword: "timeout", Env: "KBUNDLE_TIMEOUT",
+		Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down (`D`: seconds, or with a unit: 30s, 10m; 0: none)"},
+	{Env: "KBUNDLE_TRUSTED_OWNERS", Usage: "users trusted to have written the bundle and DEST's parents, besides you and root"},
+	{Env: "KBUNDLE_TRUSTED_GROUPS", Usage: "groups trusted likewise"},
+	{Env: "KBUNDLE_BCAST_CHUNK", Usage: "the size of each broadcast, in bytes"},
+	{Env: "KBUNDLE_TEST_RANKS_PER_NODE", Usage: "for tests: every N consecutive ranks form one node"},
+}
+
+// setting returns the setting of flag name.
+func setting(flag string) Setting {
+	for _, s := range Settings {
+		if s.Flag == flag {
+			return s
+		}
+	}
+	panic("loadcmd: no setting " + flag)
+}
+
+// ErrUsage marks a bad argument or KBUNDLE_ variable (Kind Usage).
+var ErrUsage = errors.New("usage")
+
+type usageError struct{ err error }
+
+func (e *usageError) Error() string        { return e.err.Error() }
+func (e *usageError) Unwrap() []error      { return []error{e.err, ErrUsage} }
+func usagef(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
+
+// A Request is what the user asked of a load; the zero value asks for
+// every default. It is also kbundle_load's JSON argument.
+type Request struct {
+	Bundle string `json:"bundle"` // the bundle file; "": not given
+	Dir    string `json:"-"`      // the cache directory (the CLI's --dir); "": not given
+	Dest   string `json:"dest"`   // "": not given
+	Force  bool   `json:"force"`  // replace a non-empty destination
+	Jobs   *int   `json:"jobs"`   // extraction workers per node; nil: not given
+	// Presets: nil: not given; []: none (not the recorded ones).
+	Presets *[]string `json:"presets"`
+	// Timeout in seconds; nil: not given; 0: none.
+	Timeout *float64 `json:"timeout"`
+	// Environ is the caller's environment. Python's is always this one
+	// (os.environ as the call sees it: Go copies the process's when the
+	// library loads, and never reads that copy for a load); the CLI's is
+	// the process's when nil.
+	Environ map[string]string `json:"environ"`
+}
+
+// getenv is the request's environment lookup for front f.
+func (r Request) getenv(f Front) func(string) string {
+	if r.Environ == nil && f == CLI {
+		return os.Getenv
+	}
+	return func(k string) string { return r.Environ[k] }
+}
+
+// DefaultTimeout bounds a load unless the caller or $KBUNDLE_TIMEOUT
+// says otherwise.
+const DefaultTimeout = 10 * time.Minute
+
+// Options are a resolved Request: everything a load needs but its
+// destination's default name, which needs the job id (JobID, collective).
+type Options struct {
+	Timeout time.Duration // 0: none
+	plan    load.Plan     // all but Dest, GuessableDest
+	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
+	getenv  func(string) string
+}
+
+// Presets are the presets asked for (none: the bundle's recorded ones).
+func (o Options) Presets() []*warmup.Preset { return o.plan.Presets }
+
+// Resolve reads r as front f reads it, on rank rank: each setting from the
+// Settings table (the value given, else its variable, else the default),
+// each checked once. It makes no collective call, so a front end can arm
+// its Guard with Options.Timeout before its first one. An error is this
+// rank's; it matches ErrUsage, or broadcast.ErrNoBundle when Python's
+// rank 0 has no bundle to read. Timeout is set whatever the error.
+func Resolve(r Request, f Front, rank int) (o Options, err error) {
+	o.getenv = r.getenv(f)
+	if o.Timeout, err = resolveTimeout(r, f, o.getenv); err != nil {
+		o.Timeout = DefaultTimeout
+		return o, err
+	}
+	if o.plan, err = knobs(o.getenv); err != nil {
+		return o, &usageError{err}
+	}
+	p := &o.plan
+	p.Force = r.Force
+	if p.Jobs, err = resolveJobs(r, f, o.getenv); err != nil {
+		return o, err
+	}
+	names := r.Presets
+	if v := o.getenv("KBUNDLE_PRESET"); names == nil && v != "" {
+		names = &[]string{v}
+	}
+	if p.UseRecorded = names == nil; names != nil {
+		ps, err := warmup.ParseList(*names...)
+		if err != nil {
+			return o, &usageError{err}
+		}
+		p.Presets = append([]*warmup.Preset{}, ps...) // none, and not the recorded ones
+	}
+	if o.dest = r.Dest; o.dest == "" {
+		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
+	}
+	// DEST is printed alone on stdout's first line, for scripts: a control
+	// character (a newline) in it would break that.
+	if f == CLI && strings.IndexFunc(o.dest, unicode.IsControl) >= 0 {
+		return o, usagef("--to %s: control characters are not allowed in DEST", Safe(o.dest))
+	}
+	p.Bundle, err = resolveBundle(r, f, o.getenv, rank)
+	return o, err
+}
+
+func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Duration, error) {
+	if s := r.Timeout; s != nil {
+		if *s < 0 || *s > float64(math.MaxInt64/int64(time.Second)) || *s != *s {
+			return 0, usagef("%s: want seconds, 0 (none) or more", f.given("timeout", *s))
+		}
+		return time.Duration(*s * float64(time.Second)), nil
+	}
+	if v := getenv("KBUNDLE_TIMEOUT"); v != "" {
+		d, err := ParseTimeout(v)
+		if err != nil {
+			return 0, usagef("KBUNDLE_TIMEOUT: %w", err)
+		}
+		return d, nil
+	}
+	return DefaultTimeout, nil
+}
+
+func resolveJobs(r Request, f Front, getenv func(string) string) (int, error) {
+	if n := r.Jobs; n != nil {
+		if *n < 0 || *n > bundle.MaxJobs {
+			return 0, usagef("%s: must be 0 (all cores) to %d", f.given("jobs", *n), bundle.MaxJobs)
+		}
+		return *n, nil
+	}
+	if v := getenv("KBUNDLE_JOBS"); v != "" {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 || n > bundle.MaxJobs {
+			return 0, usagef("KBUNDLE_JOBS=%q: want a whole number of workers, 0 (all cores) to %d", v, bundle.MaxJobs)
+		}
+		return n, nil
+	}
+	return 0, nil
+}
+
+// resolveBundle: a FILE given wins, then a DIR given, then
+// $KBUNDLE_BUNDLE, then $KBUNDLE_CACHE_DIR.
+func resolveBundle(r Request, f Front, getenv func(string) string, rank int) (string, error) {
+	switch {
+	case r.Bundle != "" && r.Dir != "":
+		return "", usagef("pass --bundle FILE or --dir DIR, not both")
+	case r.Bundle != "":
+		return r.Bundle, nil
+	case r.Dir != "":
+		return filepath.Join(r.Dir, broadcast.BundleName), nil
+	case getenv("KBUNDLE_BUNDLE") != "":
+		return getenv("KBUNDLE_BUNDLE"), nil
+	case getenv(broadcast.CacheDirEnv) != "":
+		return filepath.Join(getenv(broadcast.CacheDirEnv), broadcast.BundleName), nil
+	case f == CLI:
+		return "", usagef("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
+	case rank != 0: // only rank 0's bundle is read
+		return "", nil
+	}
+	return "", fmt.Errorf("%w: no bundle given: pass bundle=FILE or set %s (or KBUNDLE_BUNDLE)", broadcast.ErrNoBundle, broadcast.CacheDirEnv)
+}
+
+// knobs returns a plan with what both front ends fill alike: this host's
+// name and description (hostinfo.Collect, called by load on leaders
+// only), BorrowNodeCPUs, and the knobs $KBUNDLE_BCAST_CHUNK (ChunkSize),
+// $KBUNDLE_TEST_RANKS_PER_NODE (RanksPerNode) and the trust policy
+// (Trust). The plan is filled as far as it goes.
+func knobs(getenv func(string) string) (load.Plan, error) {
+	host, _ := os.Hostname()
+	p := load.Plan{Host: host, HostInfo: hostinfo.Collect, BorrowNodeCPUs: true}
+	if v := getenv("KBUNDLE_BCAST_CHUNK"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n > broadcast.MaxChunkSize {
+			return p, fmt.Errorf("KBUNDLE_BCAST_CHUNK=%q: want a number of bytes from 1 to %d", v, int64(broadcast.MaxChunkSize))
+		}
+		p.ChunkSize = n
+	}
+	if v := getenv("KBUNDLE_TEST_RANKS_PER_NODE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return p, fmt.Errorf("KBUNDLE_TEST_RANKS_PER_NODE=%q: want a whole number of ranks, 1 or more", v)
+		}
+		p.RanksPerNode = n
+	}
+	t, err := Trust(getenv)
+	if err != nil {
+		return p, err
+	}
+	p.Trust = t
+	return p, nil
+}
+
+// Plan returns the load's plan once the job id is known (JobID): Dest
+// absolute, or the job's default node-local directory. Without MPI the
+// process is one node; one of several tasks loading alone (tasks: a
+// launcher without MPI) keeps the default name even when another user
+// holds it, since the tasks could not agree on another.
+func (o Options) Plan(job string, usingMPI, tasks bool) (p load.Plan, err error) {
+	p = o.plan
+	p.Job = job // recorded in the install record
+	p.Dest, err = Dest(o.dest, o.getenv, job)
+	p.GuessableDest = o.dest == "" && !tasks // the default name: moved if another user holds it
+	if !usingMPI {
+		p.RanksPerNode = 0
+	}
+	return p, err
+}

@@ -1,0 +1,111 @@
+package loadcmd
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestResolve: each setting, alike for both front ends: the value given
+// wins, then its variable, then the default; one check each.
+func TestResolve(t *testing.T) {
+	type got struct {
+		bundle  string
+		jobs    int
+		presets string // names; "recorded": UseRecorded
+		timeout time.Duration
+	}
+	for _, c := range []struct {
+		name string
+		req  Request
+		want got
+		err  string // substring, CLI's; "" no error
+		py   string // Python's, when it differs
+	}{
+		{name: "defaults", req: Request{Bundle: "b"}, want: got{"b", 0, "recorded", DefaultTimeout}},
+		{name: "variables", req: Request{Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_JOBS": "3",
+			"KBUNDLE_PRESET": "numba triton", "KBUNDLE_TIMEOUT": "30"}}, want: got{"eb", 3, "numba,triton", 30 * time.Second}},
+		{name: "given wins", req: Request{Bundle: "b", Jobs: ptr(2), Presets: ptr([]string{"jax"}), Timeout: ptr(5.0),
+			Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_JOBS": "3", "KBUNDLE_PRESET": "numba", "KBUNDLE_TIMEOUT": "30"}},
+			want: got{"b", 2, "jax", 5 * time.Second}},
+		{name: "no presets given", req: Request{Bundle: "b", Presets: ptr([]string{}), Environ: map[string]string{"KBUNDLE_PRESET": "numba"}},
+			want: got{"b", 0, "", DefaultTimeout}},
+		{name: "KBUNDLE_BUNDLE beats the cache dir", req: Request{Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_CACHE_DIR": "/c"}},
+			want: got{"eb", 0, "recorded", DefaultTimeout}},
+		{name: "a dir given beats KBUNDLE_BUNDLE", req: Request{Dir: "/d", Environ: map[string]string{"KBUNDLE_BUNDLE": "eb"}},
+			want: got{"/d/" + broadcast.BundleName, 0, "recorded", DefaultTimeout}},
+		{name: "the cache dir", req: Request{Environ: map[string]string{"KBUNDLE_CACHE_DIR": "/c"}},
+			want: got{"/c/" + broadcast.BundleName, 0, "recorded", DefaultTimeout}},
+		{name: "jobs -1", req: Request{Bundle: "b", Jobs: ptr(-1)}, err: "--jobs -1: must be 0 (all cores) to 1024", py: "jobs=-1: must be"},
+		{name: "jobs 5000", req: Request{Bundle: "b", Jobs: ptr(5000)}, err: "--jobs 5000: must be", py: "jobs=5000: must be"},
+		{name: "KBUNDLE_JOBS", req: Request{Bundle: "b", Environ: map[string]string{"KBUNDLE_JOBS": "2000"}}, err: `KBUNDLE_JOBS="2000"`},
+		{name: "timeout", req: Request{Bundle: "b", Timeout: ptr(-1.0)}, err: "--timeout -1: want seconds", py: "timeout=-1: want seconds"},
+		{name: "KBUNDLE_TIMEOUT", req: Request{Bundle: "b", Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}, err: `KBUNDLE_TIMEOUT: timeout "soon"`},
+		{name: "presets", req: Request{Bundle: "b", Presets: ptr([]string{"bogus,nada"})}, err: `unknown preset "bogus", "nada"`},
+		{name: "trust", req: Request{Bundle: "b", Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": "nosuchgrp-kbundle"}}, err: "KBUNDLE_TRUSTED_GROUPS"},
+		{name: "file and dir", req: Request{Bundle: "b", Dir: "/d"}, err: "not both"},
+		{name: "no bundle", req: Request{}, err: "no bundle: pass --bundle FILE", py: "no bundle given: pass bundle=FILE"},
+	} {
+		for _, f := range []Front{CLI, Python} {
+			if c.req.Environ == nil {
+				c.req.Environ = map[string]string{}
+			}
+			o, err := Resolve(c.req, f, 0)
+			want := c.err
+			if f == Python && c.py != "" {
+				want = c.py
+			}
+			if want != "" {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s, front %d: %v, want %q", c.name, f, err, want)
+				}
+				if f == CLI && !errors.Is(err, ErrUsage) {
+					t.Errorf("%s: %v is not a usage error", c.name, err)
+				}
+				continue
+			}
+			p := o.plan
+			g := got{p.Bundle, p.Jobs, "recorded", o.Timeout}
+			if !p.UseRecorded {
+				var names []string
+				for _, ps := range p.Presets {
+					names = append(names, ps.Name)
+				}
+				g.presets = strings.Join(names, ",")
+			}
+			if err != nil || g != c.want {
+				t.Errorf("%s, front %d: %+v %v, want %+v", c.name, f, g, err, c.want)
+			}
+		}
+	}
+}
+
+// TestResolveTimeoutAlways: whatever else is wrong, the guard gets a
+// timeout.
+func TestResolveTimeoutAlways(t *testing.T) {
+	o, err := Resolve(Request{Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}, Python, 0)
+	if err == nil || o.Timeout != DefaultTimeout {
+		t.Errorf("%v %v", o.Timeout, err)
+	}
+	o, err = Resolve(Request{Jobs: ptr(-1), Timeout: ptr(7.0)}, Python, 0)
+	if err == nil || o.Timeout != 7*time.Second {
+		t.Errorf("%v %v", o.Timeout, err)
+	}
+}
+
+// TestResolvePythonReadsOnlyItsEnviron: load_bundle's request carries its
+// environment; the process's is never read (V3 of the security review).
+func TestResolvePythonReadsOnlyItsEnviron(t *testing.T) {
+	t.Setenv("KBUNDLE_BUNDLE", "/from/process")
+	if o, _ := Resolve(Request{}, Python, 1); o.plan.Bundle != "" {
+		t.Errorf("Python read the process's KBUNDLE_BUNDLE: %q", o.plan.Bundle)
+	}
+	if o, err := Resolve(Request{}, CLI, 0); err != nil || o.plan.Bundle != "/from/process" {
+		t.Errorf("the CLI did not: %q %v", o.plan.Bundle, err)
+	}
+}

@@ -1,0 +1,96 @@
+package loadcmd
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func readRepo(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", filepath.FromSlash(path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestPythonKeywordsAreTheSettings: load_bundle's keywords are the
+// table's, but for comm and strict, which are the binding's own.
+func TestPythonKeywordsAreTheSettings(t *testing.T) {
+	src := readRepo(t, "python/kbundle/_load.py")
+	m := regexp.MustCompile(`(?s)\ndef load_bundle\((.*?)\) -> LoadResult:`).FindStringSubmatch(src)
+	if m == nil {
+		t.Fatal("no def load_bundle in _load.py")
+	}
+	var got []string
+	for _, p := range regexp.MustCompile(`(?m)^\s*(\w+):`).FindAllStringSubmatch(m[1], -1) {
+		if name := p[1]; name != "comm" && name != "strict" {
+			got = append(got, name)
+		}
+	}
+	var want []string
+	for _, s := range Settings {
+		if s.Keyword != "" {
+			want = append(want, s.Keyword)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("load_bundle's keywords %q, the settings' %q", got, want)
+	}
+}
+
+// TestDocsListEverySetting keeps docs/usage.md in step with Settings: its
+// environment table names every variable, and the load section every
+// flag; docs/python.md names every keyword.
+func TestDocsListEverySetting(t *testing.T) {
+	usage := readRepo(t, "docs/usage.md")
+	python := readRepo(t, "docs/python.md")
+	_, env, ok := strings.Cut(usage, "## Environment variables")
+	if !ok {
+		t.Fatal("docs/usage.md has no environment section")
+	}
+	for _, s := range Settings {
+		if s.Env != "" && !regexp.MustCompile("(?m)^\\| [^|]*`"+s.Env+"`").MatchString(env) {
+			t.Errorf("docs/usage.md's environment table does not list `%s`", s.Env)
+		}
+		if s.Flag != "" && !strings.Contains(usage, "--"+s.Flag) {
+			t.Errorf("docs/usage.md does not mention load's --%s", s.Flag)
+		}
+		if s.Keyword != "" && !strings.Contains(python, "| `"+s.Keyword+"` |") {
+			t.Errorf("docs/python.md's argument table does not list `%s`", s.Keyword)
+		}
+	}
+}
+
+// TestAdaptersAreThin: the two front ends' load files parse no setting,
+// hold no warning text and classify no error: loadcmd does (issue 16).
+func TestAdaptersAreThin(t *testing.T) {
+	forbidden := []*regexp.Regexp{
+		regexp.MustCompile(`(?i)(getenv|lookupenv)\("KBUNDLE_|Environ\[`), // settings: Resolve
+		regexp.MustCompile(`strconv\.`),                                   // parsing: Resolve
+		regexp.MustCompile(`errors\.(Is|As)\(`),                           // classification: KindOf, Hint
+		regexp.MustCompile(`\bbundle\.Err|\bbroadcast\.Err|\bfs\.Err`),
+		regexp.MustCompile(`warning: [a-z]`),  // warning texts: Warnings
+		regexp.MustCompile(`"hint: `),         // hints: Hint
+		regexp.MustCompile(`time\.AfterFunc`), // the guard: Guard
+		regexp.MustCompile(`nothing was installed|belongs to another user|nothing for preset|warmed on`),
+	}
+	for _, f := range []string{"cmd/kbundle/load.go", "cmd/libkbundle/load.go"} {
+		for i, line := range strings.Split(readRepo(t, f), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			for _, re := range forbidden {
+				if re.MatchString(line) {
+					t.Errorf("%s:%d: %s (matches %s): belongs in cmd/internal/loadcmd", f, i+1, strings.TrimSpace(line), re)
+				}
+			}
+		}
+	}
+}
