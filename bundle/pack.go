@@ -353,7 +353,7 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 // st) is one of kbundle's own files, never packed, or returns "".
 func kbundleFile(fd int, name string, st *unix.Stat_t) string {
 	switch {
-	case strings.Contains(name, tempTag):
+	case strings.Contains(name, tempTag), strings.Contains(name, newTag):
 		return "a temporary of kbundle's"
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return ""

@@ -44,6 +44,16 @@ import (
 // from a signal handler or a timeout, removes this process's own.
 const tempTag = ".kbundle-tmp-"
 
+// newTag names a temporary tree while it is being made, before its marker
+// is complete (newTempDir): what a process killed just then leaves is an
+// empty directory, which RemoveStale removes once it is older than
+// unfinishedAge (no live process takes that long to make a marker).
+const newTag = ".kbundle-new-"
+
+// unfinishedAge is how old an unfinished tree (newTag) must be before
+// RemoveStale takes it for a killed process's (a variable for tests).
+var unfinishedAge = time.Minute
+
 // tempMarker is the lock file at the top of a temporary tree.
 const tempMarker = ".kbundle-temporary"
 
@@ -143,13 +153,24 @@ func newTempDir(ctx context.Context, parent string) (path string, _ context.Cont
 	if closing {
 		return "", nil, nil, ErrExiting
 	}
-	path, err = os.MkdirTemp(parent, tempPattern())
+	// The tree is born under a name RemoveStale treats as unfinished
+	// (newTag) and takes its temporary name only once its marker is
+	// complete and locked: a tree named tempTag always carries its proof,
+	// whenever the process is killed.
+	born, err := os.MkdirTemp(parent, newTag+host()+"-"+strconv.Itoa(os.Getpid())+"-*")
 	if err != nil {
 		return "", nil, nil, err
 	}
-	lock, err := lockTree(path)
+	lock, err := lockTree(born)
+	if err == nil {
+		path = filepath.Join(parent, tempTag+strings.TrimPrefix(filepath.Base(born), newTag))
+		if err = renameNoReplace(born, path); err != nil {
+			lock.Close()
+			os.Remove(filepath.Join(born, tempMarker))
+		}
+	}
 	if err != nil {
-		os.Remove(path)
+		os.Remove(born)
 		return "", nil, nil, err
 	}
 	e := &tempEntry{dir: true, lock: lock, stopped: make(chan struct{})}
@@ -158,6 +179,20 @@ func newTempDir(ctx context.Context, parent string) (path string, _ context.Cont
 	ctx, e.cancel = context.WithCancel(ctx)
 	temps[path] = e
 	return path, ctx, done, nil
+}
+
+// renameNoReplace renames old to new, failing if new exists (where the
+// kernel or file system cannot tell, a plain rename: new is a fresh
+// random name).
+func renameNoReplace(old, new string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, new, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		return os.Rename(old, new)
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: old, New: new, Err: err}
+	}
+	return nil
 }
 
 // newTempFile creates, locks and tracks a temporary file in dir. The lock
@@ -361,7 +396,9 @@ func RemoveTemps() []string {
 func parseTemp(name string) (h string, pid int, ok bool) {
 	rest, ok := strings.CutPrefix(name, tempTag)
 	if !ok {
-		return "", 0, false
+		if rest, ok = strings.CutPrefix(name, newTag); !ok {
+			return "", 0, false
+		}
 	}
 	parts := strings.Split(rest, "-")
 	if len(parts) < 3 {
@@ -499,6 +536,12 @@ func removeStaleAt(dirfd int, name string, st *unix.Stat_t) (bool, error) {
 		if !sameInode(fd, st) {
 			return false, nil
 		}
+		if strings.HasPrefix(name, newTag) {
+			if time.Since(time.Unix(st.Ctim.Unix())) < unfinishedAge {
+				return false, nil // perhaps a live process still making it
+			}
+			return removeUnfinished(dirfd, name, fd)
+		}
 		mfd := lockMarker(fd)
 		if mfd < 0 {
 			return false, nil
@@ -513,6 +556,34 @@ func removeStaleAt(dirfd int, name string, st *unix.Stat_t) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// removeUnfinished removes the unfinished tree name (newTag) in dirfd,
+// open as fd, that a process killed while it made it left: an empty
+// directory, or one holding only its unlocked marker. The rmdir itself
+// fails on anything else, so nothing but an empty directory can go.
+func removeUnfinished(dirfd int, name string, fd int) (bool, error) {
+	names, err := readNames(fd)
+	if err != nil || len(names) > 1 || len(names) == 1 && names[0] != tempMarker {
+		return false, nil
+	}
+	if len(names) == 1 {
+		mfd, err := unix.Openat(fd, tempMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return false, nil
+		}
+		defer unix.Close(mfd)
+		var st, dst unix.Stat_t
+		if unix.Fstat(mfd, &st) != nil || unix.Fstat(fd, &dst) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+			st.Nlink != 1 || st.Uid != dst.Uid || st.Size > int64(len(tempMarkerText)) ||
+			unix.Flock(mfd, unix.LOCK_EX|unix.LOCK_NB) != nil || unix.Unlinkat(fd, tempMarker, 0) != nil {
+			return false, nil
+		}
+	}
+	if unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) != nil {
+		return false, nil // not empty after all: left as it is
+	}
+	return true, nil
 }
 
 // lockMarker returns the tempMarker of the directory open as dfd, locked,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -524,5 +525,53 @@ func TestClaimDir(t *testing.T) {
 	}
 	if err := ClaimDir(filepath.Join(dir, "late")); !errors.Is(err, ErrExiting) {
 		t.Errorf("ClaimDir after RemoveTemps: %v, want ErrExiting", err)
+	}
+}
+
+// TestTempTreeBornWithProof: a temporary tree takes its temporary name
+// only with its marker complete and locked, so a process killed at any
+// point leaves either such a tree (removed by the next run) or an
+// unfinished one (newTag): empty, or holding only its marker, which
+// RemoveStale removes once it is older than unfinishedAge; a younger one
+// (perhaps a live process's) and one holding anything else are kept.
+func TestTempTreeBornWithProof(t *testing.T) {
+	dir := t.TempDir()
+	p := liveTree(t, dir)
+	if !strings.HasPrefix(filepath.Base(p), tempTag) {
+		t.Fatalf("temporary %s", p)
+	}
+	if fi, err := os.Stat(filepath.Join(p, tempMarker)); err != nil || fi.Size() != int64(len(tempMarkerText)) {
+		t.Fatalf("marker of %s: %v %v", p, fi, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, newTag+"*")); len(left) != 0 {
+		t.Fatalf("unfinished trees left: %v", left)
+	}
+	unfinished := func(name string, files ...string) string {
+		d := filepath.Join(dir, newTag+host()+"-1-"+name)
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			os.WriteFile(filepath.Join(d, f), nil, 0o600)
+		}
+		return d
+	}
+	empty, marker, data := unfinished("1"), unfinished("2", tempMarker), unfinished("3", tempMarker, "data")
+	defer func(old time.Duration) { unfinishedAge = old }(unfinishedAge)
+	unfinishedAge = time.Hour
+	if removed, _ := RemoveStale(dir); len(removed) != 0 {
+		t.Errorf("removed %v: unfinished trees younger than unfinishedAge may be a live process's", removed)
+	}
+	unfinishedAge = 0
+	removed, err := RemoveStale(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	if want := []string{empty, marker}; !slices.Equal(removed, want) {
+		t.Errorf("removed %v, want %v (not %s, which holds data, nor the live %s)", removed, want, data, p)
+	}
+	if _, err := os.Stat(filepath.Join(data, "data")); err != nil {
+		t.Errorf("an unfinished-looking tree holding data was touched: %v", err)
 	}
 }

@@ -65,7 +65,7 @@ var failCases = []failCase{
 	{"group-writable", func(t *testing.T, file, dest string) []string {
 		os.Chmod(file, 0o664)
 		return []string{"--bundle", file}
-	}, 3, "lets others write it"},
+	}, 3, "write it; run: chmod g-w"},
 	{"world-writable", func(t *testing.T, file, dest string) []string {
 		os.Chmod(file, 0o606)
 		return []string{"--bundle", file}
