@@ -67,7 +67,8 @@ type File struct {
 	Mtime  int64         `json:"mtime_ns"`
 	Digest bundle.Digest `json:"-"`
 	Dig    string        `json:"digest"`
-	New    bool          `json:"new"` // not in the record (else changed)
+	New    bool          `json:"new"`            // not in the record (else changed)
+	Kept   bool          `json:"kept,omitempty"` // unchanged, sent with its changed unit
 }
 
 // A Skip is a path harvest left out, and why.
@@ -240,7 +241,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 		lists = append(lists, l)
 	}
-	sum, choice := choose(lists)
+	sum, choice := choose(lists, setDigests(plan.Bundle, plan.Trust))
 	sum.DryRun = plan.DryRun
 	origin := mine.Origin
 	if origin == "" {
@@ -336,10 +337,26 @@ func pendingLayers(set string) (int, error) {
 	return n, nil
 }
 
+// setDigests is the set's merged view, name → digest (none: empty).
+func setDigests(set string, trust *bundle.TrustPolicy) map[string]string {
+	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
+	if err != nil {
+		return nil
+	}
+	defer s.Close()
+	m := map[string]string{}
+	for _, e := range s.Merged(Unit) {
+		if !e.Dir {
+			m[e.Name] = bundle.FormatDigest(e.Digest)
+		}
+	}
+	return m
+}
+
 // choose picks each cache unit from the lowest rank holding a new or
 // changed file of it, and counts per node. choice[r] are indices into
 // lists[r].Files.
-func choose(lists []*list) (*Summary, [][]int) {
+func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	sum := &Summary{}
 	choice := make([][]int, len(lists))
 	owner := map[string]int{} // unit → list index (lists are in rank order)
@@ -352,16 +369,33 @@ func choose(lists []*list) (*Summary, [][]int) {
 			seen[f.Name+"\x00"+f.Dig]++
 		}
 	}
+	// A unit the set holds already, file for file, is not taken again
+	// (a DEST harvested twice without a load in between).
+	held := map[string]bool{}
+	for u, r := range owner {
+		held[u] = len(have) > 0
+		for _, f := range lists[r].Files {
+			if Unit(f.Name) == u && have[f.Name] != f.Dig {
+				held[u] = false
+			}
+		}
+	}
 	units := map[string]bool{}
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing}
 		for i, f := range l.Files {
-			nr.Entries++
-			nr.Bytes += f.Size
-			if seen[f.Name+"\x00"+f.Dig] > 1 {
-				nr.Elsewhere++
+			u := Unit(f.Name)
+			if held[u] {
+				continue
 			}
-			if u := Unit(f.Name); owner[u] == r {
+			if !f.Kept {
+				nr.Entries++
+				nr.Bytes += f.Size
+				if seen[f.Name+"\x00"+f.Dig] > 1 {
+					nr.Elsewhere++
+				}
+			}
+			if owner[u] == r {
 				choice[r] = append(choice[r], i)
 				nr.Chosen++
 				units[u] = true
@@ -443,6 +477,7 @@ func scan(dest string) *list {
 		want[rec.Entries[i].Name] = &rec.Entries[i]
 	}
 	uid := uint32(os.Geteuid())
+	var same []File // unchanged files: kept with their unit if it changed
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		l.Err = err.Error()
@@ -457,8 +492,8 @@ func scan(dest string) *list {
 			}
 			return err
 		}
-		if name == "." {
-			return nil
+		if name == "." || name == bundle.InstalledMarker {
+			return nil // the record itself: what DEST is compared with
 		}
 		if own(name) {
 			l.Skipped = append(l.Skipped, Skip{name, "kbundle's own file"})
@@ -491,7 +526,11 @@ func scan(dest string) *list {
 		}
 		e := want[name]
 		if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
-			return nil // unchanged since install (a relocated one too)
+			// Unchanged since install (a relocated one too).
+			if dig := cmpOr(e.Packed, e.Dig); Unit(name) != name {
+				same = append(same, File{Name: name, Size: -1, Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), Dig: dig, Kept: true})
+			}
+			return nil
 		}
 		f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
 		d2, size, err := digestOf(root, name, dest, l.Origin)
@@ -501,6 +540,10 @@ func scan(dest string) *list {
 		}
 		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
 		if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
+			if Unit(name) != name {
+				f.Kept = true
+				same = append(same, f)
+			}
 			return nil // same bytes (after relocation undone)
 		}
 		l.Files = append(l.Files, f)
@@ -509,7 +552,33 @@ func scan(dest string) *list {
 	if err != nil {
 		l.Err = fmt.Sprintf("cannot read %s: %v", dest, err)
 	}
+	// A unit goes whole: its unchanged files join a changed unit.
+	changed := map[string]bool{}
+	for _, f := range l.Files {
+		changed[Unit(f.Name)] = true
+	}
+	for _, f := range same {
+		if !changed[Unit(f.Name)] {
+			continue
+		}
+		if f.Size < 0 { // not read yet
+			d, size, err := digestOf(root, f.Name, dest, l.Origin)
+			if err != nil {
+				l.Skipped = append(l.Skipped, Skip{f.Name, "unreadable: " + err.Error()})
+				continue
+			}
+			f.Digest, f.Size, f.Dig = d, size, bundle.FormatDigest(d)
+		}
+		l.Files = append(l.Files, f)
+	}
 	return l
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // own reports whether name (slash-separated, relative to DEST) is one of

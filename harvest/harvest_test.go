@@ -237,3 +237,25 @@ func TestUnit(t *testing.T) {
 		}
 	}
 }
+
+// A unit that changed goes whole, its unchanged files too; harvesting the
+// same DEST again (no load in between) writes nothing.
+func TestUnitWholeAndNoRepeat(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 1, map[string]string{"n/f-1.py312.nbi": "i1", "n/f-1.py312.1.nbc": "c1", "n/h.nbi": "h"})
+	write(t, dest+".node0", "n/f-1.py312.nbi", "i2")
+	write(t, dest+".node0", "n/f-1.py312.2.nbc", "c2")
+	s := run(t, set, dest, 1, 1)[0]
+	got := layerFiles(t, s.Layer)
+	want := map[string]string{"n/f-1.py312.nbi": "i2", "n/f-1.py312.1.nbc": "c1", "n/f-1.py312.2.nbc": "c2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("layer %v, want %v", got, want)
+	}
+	if s.Nodes[0].Entries != 2 {
+		t.Errorf("compiled %d entries, want 2 (the unchanged .1.nbc is not counted)", s.Nodes[0].Entries)
+	}
+	if again := run(t, set, dest, 1, 1)[0]; again.Layer != "" {
+		t.Errorf("second harvest of the same DEST wrote %s", again.Layer)
+	}
+}
