@@ -151,6 +151,18 @@ int kb_bcast(int h, void *buf, int count, int root) {
 	return rc != MPI_SUCCESS ? rc : MPI_Bcast(buf, count, MPI_BYTE, root, c);
 }
 
+int kb_send(int h, void *buf, int count, int dest, int tag) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Send(buf, count, MPI_BYTE, dest, tag, c);
+}
+
+int kb_recv(int h, void *buf, int count, int src, int tag) {
+	MPI_Comm c;
+	int rc = get(h, &c);
+	return rc != MPI_SUCCESS ? rc : MPI_Recv(buf, count, MPI_BYTE, src, tag, c, MPI_STATUS_IGNORE);
+}
+
 int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op) {
 	MPI_Comm c;
 	MPI_Op o;

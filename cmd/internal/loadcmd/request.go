@@ -230,6 +230,10 @@ func resolveBundle(r Request, f Front, getenv func(string) string, rank int) (st
 	return "", fmt.Errorf("%w: no bundle given: pass bundle=FILE or set %s (or KBUNDLE_BUNDLE)", broadcast.ErrNoBundle, broadcast.CacheDirEnv)
 }
 
+// Knobs is knobs, for the commands beside load that launch like it
+// (harvest): the same knobs read the same way.
+func Knobs(getenv func(string) string) (load.Plan, error) { return knobs(getenv) }
+
 // knobs returns a plan with what both front ends fill alike: this host's
 // name and description (hostinfo.Collect, called by load on leaders
 // only), BorrowNodeCPUs, and the knobs $KBUNDLE_BCAST_CHUNK (ChunkSize),

@@ -1,0 +1,509 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A set is a base bundle at PATH plus delta layers in PATH.d, loaded as
+// one: later layers win (docs/FORMAT.md, "Sets"). Nothing here takes a
+// lock: layers are published with link(2), which fails when the name
+// exists (an exclusive create that also works where O_EXCL across nodes
+// does not), and merged bases with rename(2).
+
+// MaxLayers bounds the delta layers of one set: each is one open, on
+// rank 0 only. A harvest refuses to add one more (run kbundle merge).
+const MaxLayers = 32
+
+// MetaSetFolded is the base's metadata key naming the highest layer
+// number merged into it: readers skip the layers up to it.
+const MetaSetFolded = "set_folded"
+
+// ErrNoSet: neither a base nor a layer exists at the path.
+var ErrNoSet = errors.New("no bundle set")
+
+// layerRe is a layer's name: its number and a prefix of its content digest.
+var layerRe = regexp.MustCompile(`^([0-9]{6})-([0-9a-f]{16})\.kbundle$`)
+
+// LayerDir is the directory of the set's delta layers.
+func LayerDir(path string) string { return path + ".d" }
+
+// A SetLayer is one bundle of a set.
+type SetLayer struct {
+	Path string
+	Seq  int // 0: the base
+}
+
+// ListLayers lists the delta layers in LayerDir(path) numbered above
+// folded, ascending; names that are not layers (temporaries) are left out.
+// A missing directory is no layer.
+func ListLayers(path string, folded int) ([]SetLayer, error) {
+	dir := LayerDir(path)
+	des, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []SetLayer
+	for _, de := range des {
+		m := layerRe.FindStringSubmatch(de.Name())
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		if n > folded {
+			out = append(out, SetLayer{Path: filepath.Join(dir, de.Name()), Seq: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b SetLayer) int { return a.Seq - b.Seq })
+	return out, nil
+}
+
+// An OpenedSet is a set's bundles, each opened once, base first.
+type OpenedSet struct {
+	Path   string
+	Layers []SetLayer    // Layers[i] is Readers[i]; the base, if any, first
+	Read   []*ReadCloser // in the order of Layers
+}
+
+// Close closes every bundle.
+func (s *OpenedSet) Close() error {
+	var err error
+	for _, r := range s.Read {
+		err = errors.Join(err, r.Close())
+	}
+	return err
+}
+
+// HasDeltas reports whether the set is more than one bundle.
+func (s *OpenedSet) HasDeltas() bool { return len(s.Read) > 1 }
+
+// OpenSet opens the set at path: the base first (its descriptor held, so
+// that a merge renaming a new base over it changes nothing for this
+// reader), then the layers above the base's MetaSetFolded. Each bundle
+// is opened with opt (Trusted: each passes the trust rules). A missing
+// base with no layers matches ErrNoSet. A layer removed between the
+// listing and its open (a merge past its grace) makes OpenSet list again,
+// once.
+func OpenSet(path string, opt *OpenOptions) (*OpenedSet, error) {
+	for try := 0; ; try++ {
+		s, err := openSet(path, opt)
+		if err == nil || try > 0 || !errors.Is(err, errLayerGone) {
+			return s, err
+		}
+	}
+}
+
+var errLayerGone = errors.New("layer removed while opening the set")
+
+func openSet(path string, opt *OpenOptions) (*OpenedSet, error) {
+	s := &OpenedSet{Path: path}
+	folded := 0
+	base, err := Open(path, opt)
+	switch {
+	case err == nil:
+		s.Layers = append(s.Layers, SetLayer{Path: path})
+		s.Read = append(s.Read, base)
+		if v := base.Meta()[MetaSetFolded]; v != "" {
+			if folded, err = strconv.Atoi(v); err != nil || folded < 0 {
+				base.Close()
+				return nil, &Error{File: path, Err: ErrFormat, Msg: fmt.Sprintf("metadata %s %q is not a layer number", MetaSetFolded, v)}
+			}
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	layers, err := ListLayers(path, folded)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if len(layers) > MaxLayers {
+		s.Close()
+		return nil, &Error{File: LayerDir(path), Err: ErrTooLarge, Msg: fmt.Sprintf("%d layers (limit %d); run kbundle merge %s", len(layers), MaxLayers, path)}
+	}
+	for _, l := range layers {
+		r, err := Open(l.Path, opt)
+		if err != nil {
+			s.Close()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, errLayerGone
+			}
+			return nil, err
+		}
+		s.Layers = append(s.Layers, l)
+		s.Read = append(s.Read, r)
+	}
+	if len(s.Read) == 0 {
+		return nil, &Error{File: path, Err: ErrNoSet, Msg: "neither a bundle nor a layer exists"}
+	}
+	return s, nil
+}
+
+// A SetEntry is one entry of a set's merged view.
+type SetEntry struct {
+	Entry
+	Layer int // index in Layers
+}
+
+// Merged is the set's merged view, sorted by name: a later layer's entry
+// wins over an earlier one's of the same name, and when unit is not nil,
+// a later layer holding any file of a cache unit (unit(name), "" for
+// none) drops every file of that unit that earlier layers hold, so that
+// a unit always comes whole from one layer.
+func (s *OpenedSet) Merged(unit func(name string) string) []SetEntry {
+	byName := map[string]SetEntry{}
+	for li, r := range s.Read {
+		if unit != nil && li > 0 {
+			units := map[string]bool{}
+			for _, e := range r.Entries() {
+				if u := unit(e.Name); u != "" && !e.Dir {
+					units[u] = true
+				}
+			}
+			for n, se := range byName {
+				if !se.Dir && units[unit(n)] {
+					delete(byName, n)
+				}
+			}
+		}
+		for _, e := range r.Entries() {
+			byName[e.Name] = SetEntry{Entry: e, Layer: li}
+		}
+	}
+	out := make([]SetEntry, 0, len(byName))
+	for _, e := range byName {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b SetEntry) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// ContentDigest is the content digest of the merged view (unit: as for
+// Merged).
+func (s *OpenedSet) ContentDigest(unit func(string) string) Digest {
+	m := s.Merged(unit)
+	es := make([]Entry, len(m))
+	for i := range m {
+		es[i] = m[i].Entry
+	}
+	return ContentDigestOf(es)
+}
+
+// LayerOptions tune WriteLayer and MergeSet.
+type LayerOptions struct {
+	Writer WriterOptions
+	Trust  *TrustPolicy // for the trust check of the result (reported)
+}
+
+// A Published says where WriteLayer or MergeSet put a bundle.
+type Published struct {
+	Path      string
+	Seq       int  // 0: the base
+	Base      bool // no set existed: the layer became the set's base
+	Digest    Digest
+	Content   Digest
+	Entries   int
+	Size      int64
+	Untrusted error // CheckTrust of the result
+}
+
+// WriteLayer writes a new layer of the set at path: fill adds its
+// entries to w; the bundle is written to a locked temporary beside path,
+// fsynced, and published with link(2): as the base when the set has none
+// (path did not exist), else as the next layer number in LayerDir(path),
+// taking the next free number when another writer took one first. It
+// never replaces a file: a concurrent writer loses nothing. On error
+// nothing is published and the temporary is removed.
+func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w *Writer) error) (_ *Published, err error) {
+	if opt == nil {
+		opt = &LayerOptions{}
+	}
+	dir := filepath.Dir(path)
+	RemoveStale(dir) // best effort, as in Pack
+	tmp, err := newTempFile(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot write a layer of %s: %w", path, err)
+	}
+	defer func() {
+		dropTemp(tmp.Name()) // published by a link: the temporary name goes
+		tmp.Close()
+	}()
+	w := NewWriter(tmp, &opt.Writer)
+	if err := fill(w); err != nil {
+		w.fail(err)
+		w.Close()
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, err
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	content := ContentDigestOf(sortedEntries(w))
+	p := &Published{Digest: w.Digest(), Content: content, Entries: len(w.entries), Size: fi.Size()}
+	if err := linkTemp(tmp.Name(), path); err == nil {
+		p.Path, p.Base = path, true
+	} else if !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("cannot publish %s: %w", path, err)
+	} else if p.Path, p.Seq, err = linkLayer(tmp.Name(), path, content); err != nil {
+		return nil, err
+	}
+	if err := syncDir(filepath.Dir(p.Path)); err != nil {
+		return nil, err
+	}
+	p.Untrusted = CheckTrust(p.Path, opt.Trust)
+	return p, nil
+}
+
+// linkLayer links tmp as the next free layer of the set at path.
+func linkLayer(tmp, path string, content Digest) (string, int, error) {
+	dir := LayerDir(path)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", 0, fmt.Errorf("cannot make %s: %w", dir, err)
+	}
+	for try := 0; try < 100; try++ {
+		all, err := ListLayers(path, 0)
+		if err != nil {
+			return "", 0, err
+		}
+		folded := foldedOf(path)
+		if countAbove(all, folded) >= MaxLayers {
+			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("the set has %d layers already (limit %d); run kbundle merge %s", MaxLayers, MaxLayers, path)}
+		}
+		seq := 1
+		if len(all) > 0 {
+			seq = all[len(all)-1].Seq + 1
+		}
+		if seq <= folded {
+			seq = folded + 1
+		}
+		if seq > 999999 {
+			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: "layer numbers exhausted"}
+		}
+		name := filepath.Join(dir, fmt.Sprintf("%06d-%s.kbundle", seq, content.String()[:16]))
+		err = linkTemp(tmp, name)
+		if err == nil {
+			return name, seq, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", 0, fmt.Errorf("cannot publish %s: %w", name, err)
+		}
+	}
+	return "", 0, fmt.Errorf("cannot publish a layer in %s: every number tried was taken", dir)
+}
+
+func countAbove(ls []SetLayer, folded int) int {
+	n := 0
+	for _, l := range ls {
+		if l.Seq > folded {
+			n++
+		}
+	}
+	return n
+}
+
+// foldedOf is the base's MetaSetFolded (0: none, or no base).
+func foldedOf(path string) int {
+	r, err := Open(path, nil)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
+	n, _ := strconv.Atoi(r.Meta()[MetaSetFolded])
+	return n
+}
+
+// linkTemp links the tracked temporary tmp to dst, which must not exist
+// (fs.ErrExist when it does), under tempsMu: after RemoveTemps it fails
+// with ErrExiting.
+func linkTemp(tmp, dst string) error {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	if closing || temps[tmp] == nil {
+		return fmt.Errorf("cannot write %s: %w", dst, ErrExiting)
+	}
+	return os.Link(tmp, dst)
+}
+
+// sortedEntries are w's entries as Close wrote them, by name.
+func sortedEntries(w *Writer) []Entry {
+	es := make([]Entry, 0, len(w.entries))
+	for _, e := range w.entries {
+		es = append(es, *e)
+	}
+	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return es
+}
+
+// MergeOptions tune MergeSet.
+type MergeOptions struct {
+	LayerOptions
+	Open *OpenOptions
+	// Unit, when not nil, settles the merged view per cache unit (see
+	// OpenedSet.Merged).
+	Unit func(name string) string
+	// Grace is how long a folded layer is kept after the merge that
+	// folded it, for readers that listed it before: MergeSet removes the
+	// layers folded into the base it replaces only once that base is
+	// older than Grace (0: DefaultGrace).
+	Grace time.Duration
+}
+
+// DefaultGrace is MergeOptions.Grace's default.
+const DefaultGrace = 10 * time.Minute
+
+// A MergeResult says what MergeSet did.
+type MergeResult struct {
+	Published
+	Folded  int      // layers folded into the new base
+	Removed []string // older layers removed (folded before, past the grace)
+}
+
+// MergeSet folds the set's layers into one base bundle with the merged
+// view's entries (identical contents stored once), written to a locked
+// temporary, fsynced and renamed over path: a reader sees the old base
+// or the new one. The new base records the highest layer it folded
+// (MetaSetFolded), so readers skip those layers; they stay on disk for
+// readers of the previous set, and a later MergeSet removes them once the
+// base that folded them is older than the grace. A set of one bundle is
+// left as it is (Folded 0).
+func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResult, err error) {
+	if opt == nil {
+		opt = &MergeOptions{}
+	}
+	grace := opt.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	s, err := OpenSet(path, opt.Open)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	res := &MergeResult{}
+	oldFolded := 0
+	if s.Layers[0].Seq == 0 {
+		oldFolded, _ = strconv.Atoi(s.Read[0].Meta()[MetaSetFolded])
+		if fi, err := s.Read[0].f.Stat(); err == nil && time.Since(fi.ModTime()) >= grace {
+			res.Removed = removeFolded(path, oldFolded)
+		}
+	}
+	if !s.HasDeltas() {
+		res.Path = path
+		return res, nil
+	}
+	top := s.Layers[len(s.Layers)-1].Seq
+	merged := s.Merged(opt.Unit)
+	dir := filepath.Dir(path)
+	RemoveStale(dir)
+	tmp, err := newTempFile(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot merge %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			dropTemp(tmp.Name())
+		}
+		tmp.Close()
+		untrack(tmp.Name())
+	}()
+	w := NewWriter(tmp, &opt.Writer)
+	last := s.Read[len(s.Read)-1]
+	for k, v := range last.Meta() {
+		if k != MetaSetFolded {
+			w.SetMeta(k, v)
+		}
+	}
+	w.SetMeta(MetaSetFolded, strconv.Itoa(top))
+	for i := range merged {
+		e := &merged[i]
+		if e.Dir {
+			err = w.Mkdir(e.Name, e.Mode, e.ModTime)
+		} else {
+			err = copyEntry(w, s.Read[e.Layer].Reader, &e.Entry)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, err
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := renameTemp(tmp.Name(), path); err != nil {
+		return nil, err
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, err
+	}
+	res.Path, res.Base, res.Digest, res.Size = path, true, w.Digest(), fi.Size()
+	res.Content, res.Entries = ContentDigestOf(sortedEntries(w)), len(w.entries)
+	res.Folded = len(s.Layers) - 1
+	if s.Layers[0].Seq != 0 {
+		res.Folded++
+	}
+	res.Untrusted = CheckTrust(path, opt.Trust)
+	return res, nil
+}
+
+// copyEntry copies file e of r into w, checked against its digest.
+func copyEntry(w *Writer, r *Reader, e *Entry) error {
+	f, err := r.Open(e.Name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return w.CopyFile(e.Name, e.Mode, e.ModTime, e.Size, e.Digest, f.(io.Reader))
+}
+
+// removeFolded removes the layers numbered up to folded (best effort),
+// returning the paths removed.
+func removeFolded(path string, folded int) []string {
+	all, err := ListLayers(path, 0)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range all {
+		if l.Seq <= folded && os.Remove(l.Path) == nil {
+			out = append(out, l.Path)
+		}
+	}
+	return out
+}

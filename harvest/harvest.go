@@ -1,0 +1,776 @@
+// Package harvest gathers what a job compiled into its bundle set: what
+// `kbundle harvest` does, collectively, at the end of a job. Each node
+// leader compares its DEST with the install record `load` wrote there
+// (relocation undone first), sends rank 0 the list of its new and changed
+// files (names, sizes, digests), rank 0 chooses each cache unit once
+// (every file of a unit from one node: the lowest rank holding it), then
+// only the chosen bytes move, leader to rank 0, in bounded memory, and
+// rank 0, the only writer on the shared file system, writes them as one
+// new layer of the set (bundle.WriteLayer). A job that compiled nothing
+// writes no layer.
+//
+// It never writes into a DEST, and reads no environment variable.
+package harvest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/mpi"
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sys/unix"
+)
+
+// P2P is what Run needs of the leaders' communicator besides
+// broadcast.NodeComm: point-to-point bytes (mpi.Comm and
+// broadcasttest.Comm have them).
+type P2P interface {
+	Send(buf []byte, dest, tag int) error
+	Recv(buf []byte, src, tag int) error
+}
+
+// A Plan says what Run harvests.
+type Plan struct {
+	Bundle       string // the set's path; rank 0's is used
+	Dest         string // this node's DEST (as given to load)
+	Host         string // this node's name, for the report
+	RanksPerNode int    // as load.Plan.RanksPerNode (tests)
+	Chunk        int    // bytes per message; 0: DefaultChunk
+	Writer       bundle.WriterOptions
+	Trust        *bundle.TrustPolicy
+	DryRun       bool // choose and report, move and write nothing
+}
+
+// DefaultChunk is the size of each message carrying file bytes.
+const DefaultChunk = 4 << 20
+
+// A File is one new or changed file of a node's DEST.
+type File struct {
+	Name   string        `json:"name"`
+	Size   int64         `json:"size"`
+	Mode   uint32        `json:"mode"`
+	Mtime  int64         `json:"mtime_ns"`
+	Digest bundle.Digest `json:"-"`
+	Dig    string        `json:"digest"`
+	New    bool          `json:"new"`            // not in the record (else changed)
+	Kept   bool          `json:"kept,omitempty"` // unchanged, sent with its changed unit
+}
+
+// A Skip is a path harvest left out, and why.
+type Skip struct {
+	Name string `json:"name"`
+	Why  string `json:"why"`
+}
+
+// A NodeReport says what one node compiled that the set lacked.
+type NodeReport struct {
+	Host       string `json:"host"`
+	FirstRank  int    `json:"first_rank"`
+	LastRank   int    `json:"last_rank"`
+	Entries    int    `json:"entries"`
+	Bytes      int64  `json:"bytes"`
+	Elsewhere  int    `json:"also_on_other_nodes"`
+	Chosen     int    `json:"chosen"` // files taken from this node
+	Skipped    []Skip `json:"skipped,omitempty"`
+	Error      string `json:"error,omitempty"`
+	NoRecord   bool   `json:"no_record,omitempty"`
+	MissingDir bool   `json:"missing_dest,omitempty"`
+}
+
+// Summary is Run's outcome, the same on every rank.
+type Summary struct {
+	Nodes   []NodeReport `json:"nodes"`
+	Units   int          `json:"units"`   // cache units written
+	Files   int          `json:"files"`   // files written
+	Bytes   int64        `json:"bytes"`   // their size
+	Layer   string       `json:"layer"`   // the published bundle ("": none)
+	Base    bool         `json:"base"`    // it became the set's base
+	Digest  string       `json:"digest"`  // its whole-file digest
+	Content string       `json:"content"` // its content digest
+	Packed  int64        `json:"packed_bytes"`
+	DryRun  bool         `json:"dry_run,omitempty"`
+}
+
+// list is what a leader sends rank 0.
+type list struct {
+	Host        string
+	First, Last int
+	Dest        string
+	Files       []File
+	Skipped     []Skip
+	Err         string
+	NoRecord    bool
+	Missing     bool
+	Origin      string
+}
+
+const (
+	tagList = 1 + iota
+	tagChoice
+	tagData
+)
+
+// Run harvests on every rank of world; it is collective.
+func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, error) {
+	if plan.Chunk <= 0 {
+		plan.Chunk = DefaultChunk
+	}
+	var node broadcast.NodeComm
+	var err error
+	if plan.RanksPerNode > 0 {
+		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
+		plan.Dest += ".node" + strconv.Itoa(world.Rank()/plan.RanksPerNode)
+	} else {
+		node, err = world.SplitShared()
+	}
+	if err != nil {
+		return nil, commErr("split by node", err)
+	}
+	defer node.Free()
+	first, err := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
+	if err != nil {
+		return nil, commErr("node ranks", err)
+	}
+	last, err := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
+	if err != nil {
+		return nil, commErr("node ranks", err)
+	}
+	leader := node.Rank() == 0
+	color := 1
+	if leader {
+		color = 0
+	}
+	group, err := world.Split(color, world.Rank())
+	if err != nil {
+		return nil, commErr("split leaders", err)
+	}
+	defer group.Free()
+	var out []byte
+	if leader {
+		out, err = lead(ctx, group, plan, int(first), int(last))
+		if err != nil {
+			return nil, err // a communicator failure: local
+		}
+	}
+	// Rank 0 (a leader, rank 0 of the leaders) tells every rank.
+	n := []byte{0, 0, 0, 0, 0, 0, 0, 0}
+	binary.LittleEndian.PutUint64(n, uint64(len(out)))
+	if err := world.Bcast(n, 0); err != nil {
+		return nil, commErr("outcome", err)
+	}
+	if world.Rank() != 0 {
+		out = make([]byte, binary.LittleEndian.Uint64(n))
+	}
+	if err := world.Bcast(out, 0); err != nil {
+		return nil, commErr("outcome", err)
+	}
+	var res struct {
+		Sum *Summary
+		Err string
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("harvest: outcome from rank 0: %w", err)
+	}
+	if res.Err != "" {
+		return res.Sum, errors.New(res.Err)
+	}
+	return res.Sum, nil
+}
+
+// lead is a leader's part; on rank 0 it returns the outcome to broadcast.
+func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last int) ([]byte, error) {
+	p2p, ok := group.(P2P)
+	if !ok && group.Size() > 1 {
+		return nil, commErr("leaders", errors.New("the communicator has no point-to-point Send and Recv"))
+	}
+	mine := scan(plan.Dest)
+	mine.Host, mine.First, mine.Last = plan.Host, first, last
+	if group.Rank() != 0 {
+		b, _ := json.Marshal(mine)
+		if err := sendMsg(p2p, b, 0, tagList); err != nil {
+			return nil, commErr("send the list", err)
+		}
+		b, err := recvMsg(p2p, 0, tagChoice)
+		if err != nil {
+			return nil, commErr("receive the choice", err)
+		}
+		var choice []int
+		if err := json.Unmarshal(b, &choice); err != nil {
+			return nil, commErr("receive the choice", err)
+		}
+		origin, err := recvMsg(p2p, 0, tagChoice)
+		if err != nil {
+			return nil, commErr("receive the origin", err)
+		}
+		for _, i := range choice {
+			if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk); err != nil {
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	lists := []*list{mine}
+	for r := 1; r < group.Size(); r++ {
+		b, err := recvMsg(p2p, r, tagList)
+		if err != nil {
+			return nil, commErr("receive a list", err)
+		}
+		l := &list{}
+		if err := json.Unmarshal(b, l); err != nil {
+			return nil, commErr("receive a list", err)
+		}
+		for i := range l.Files {
+			if l.Files[i].Digest, err = bundle.ParseDigest(l.Files[i].Dig); err != nil {
+				return nil, commErr("receive a list", err)
+			}
+		}
+		lists = append(lists, l)
+	}
+	sum, choice := choose(lists, setDigests(plan.Bundle, plan.Trust))
+	sum.DryRun = plan.DryRun
+	origin := mine.Origin
+	if origin == "" {
+		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST
+	}
+	total := 0
+	for _, c := range choice {
+		total += len(c)
+	}
+	var werr error
+	if total > 0 && !plan.DryRun {
+		if n, err := pendingLayers(plan.Bundle); err == nil && n >= bundle.MaxLayers {
+			werr = fmt.Errorf("%s has %d layers already (limit %d); run kbundle merge %s, then harvest again", plan.Bundle, n, bundle.MaxLayers, plan.Bundle)
+		}
+	}
+	if total == 0 || plan.DryRun || werr != nil {
+		for r := 1; r < group.Size(); r++ {
+			if err := sendChoice(p2p, r, nil, origin); err != nil {
+				return nil, err
+			}
+		}
+		return outcome(sum, werr), nil
+	}
+	for r := 1; r < group.Size(); r++ {
+		if err := sendChoice(p2p, r, choice[r], origin); err != nil {
+			return nil, err
+		}
+	}
+	var commFail error
+	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust}, func(w *bundle.Writer) error {
+		w.SetMeta(bundle.MetaOrigin, origin)
+		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
+		var first error
+		for r, l := range lists {
+			for _, i := range choice[r] {
+				f := l.Files[i]
+				var err error
+				if r == 0 {
+					err = copyLocal(w, plan.Dest, f, origin)
+				} else {
+					err = recvFile(w, p2p, r, f, plan.Chunk)
+					if errors.Is(err, broadcast.ErrComm) {
+						commFail = err
+						return err
+					}
+				}
+				if err != nil && first == nil {
+					first = fmt.Errorf("%s (rank %d): %s: %w", l.Host, l.First, f.Name, err)
+				}
+			}
+		}
+		return first
+	})
+	if commFail != nil {
+		return nil, commFail
+	}
+	if err != nil {
+		return outcome(sum, err), nil
+	}
+	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
+	return outcome(sum, nil), nil
+}
+
+func outcome(sum *Summary, err error) []byte {
+	v := struct {
+		Sum *Summary
+		Err string
+	}{Sum: sum}
+	if err != nil {
+		v.Err = "harvest: " + err.Error()
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// pendingLayers is how many layers the set has above its base's fold.
+func pendingLayers(set string) (int, error) {
+	s, err := bundle.OpenSet(set, nil)
+	if errors.Is(err, bundle.ErrNoSet) {
+		return 0, nil
+	}
+	if err != nil {
+		if errors.Is(err, bundle.ErrTooLarge) {
+			return bundle.MaxLayers, nil
+		}
+		return 0, err
+	}
+	defer s.Close()
+	n := len(s.Layers)
+	if s.Layers[0].Seq == 0 {
+		n--
+	}
+	return n, nil
+}
+
+// setDigests is the set's merged view, name → digest (none: empty).
+func setDigests(set string, trust *bundle.TrustPolicy) map[string]string {
+	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
+	if err != nil {
+		return nil
+	}
+	defer s.Close()
+	m := map[string]string{}
+	for _, e := range s.Merged(Unit) {
+		if !e.Dir {
+			m[e.Name] = bundle.FormatDigest(e.Digest)
+		}
+	}
+	return m
+}
+
+// choose picks each cache unit from the lowest rank holding a new or
+// changed file of it, and counts per node. choice[r] are indices into
+// lists[r].Files.
+func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
+	sum := &Summary{}
+	choice := make([][]int, len(lists))
+	owner := map[string]int{} // unit → list index (lists are in rank order)
+	seen := map[string]int{}  // name+digest → how many nodes hold it
+	for r, l := range lists {
+		for _, f := range l.Files {
+			if u := Unit(f.Name); !has(owner, u) {
+				owner[u] = r
+			}
+			seen[f.Name+"\x00"+f.Dig]++
+		}
+	}
+	// A unit the set holds already, file for file, is not taken again
+	// (a DEST harvested twice without a load in between).
+	held := map[string]bool{}
+	for u, r := range owner {
+		held[u] = len(have) > 0
+		for _, f := range lists[r].Files {
+			if Unit(f.Name) == u && have[f.Name] != f.Dig {
+				held[u] = false
+			}
+		}
+	}
+	units := map[string]bool{}
+	for r, l := range lists {
+		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing}
+		for i, f := range l.Files {
+			u := Unit(f.Name)
+			if held[u] {
+				continue
+			}
+			if !f.Kept {
+				nr.Entries++
+				nr.Bytes += f.Size
+				if seen[f.Name+"\x00"+f.Dig] > 1 {
+					nr.Elsewhere++
+				}
+			}
+			if owner[u] == r {
+				choice[r] = append(choice[r], i)
+				nr.Chosen++
+				units[u] = true
+				sum.Files++
+				sum.Bytes += f.Size
+			}
+		}
+		sum.Nodes = append(sum.Nodes, nr)
+	}
+	sum.Units = len(units)
+	return sum, choice
+}
+
+func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }
+
+// Unit is the cache unit of a file name: a Numba index and its data files
+// (dir/stem.nbi, dir/stem.N.nbc) are one unit, and so is each Triton hash
+// directory (…/triton/…/<hash>/…); any other file is a unit of its own.
+func Unit(name string) string {
+	parts := strings.Split(name, "/")
+	for i := 0; i < len(parts)-1; i++ {
+		if parts[i] == "triton" {
+			for j := i + 1; j < len(parts)-1; j++ {
+				if tritonHash(parts[j]) {
+					return strings.Join(parts[:j+1], "/") + "/"
+				}
+			}
+		}
+	}
+	base := path.Base(name)
+	switch {
+	case strings.HasSuffix(base, ".nbi"):
+		return strings.TrimSuffix(name, ".nbi") + ".nb*"
+	case strings.HasSuffix(base, ".nbc"):
+		s := strings.TrimSuffix(name, ".nbc")
+		if k := strings.LastIndexByte(s, '.'); k > len(s)-len(base) {
+			if _, err := strconv.Atoi(s[k+1:]); err == nil {
+				return s[:k] + ".nb*"
+			}
+		}
+	}
+	return name
+}
+
+// tritonHash reports whether s looks like a Triton cache key (base32 of
+// SHA-256, or hex: 32 characters or more of letters and digits).
+func tritonHash(s string) bool {
+	if len(s) < 32 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// scan compares dest with its install record: the new and changed files,
+// and what it skipped.
+func scan(dest string) *list {
+	l := &list{Dest: dest}
+	if abs, err := filepath.Abs(dest); err == nil {
+		l.Dest = abs
+	}
+	if _, err := os.Lstat(dest); errors.Is(err, fs.ErrNotExist) {
+		l.Missing = true
+		return l
+	}
+	rec, err := bundle.ReadInstallRecord(dest)
+	if err != nil {
+		l.NoRecord = true
+		l.Err = fmt.Sprintf("%s: %v (harvest compares a DEST that kbundle load installed with its install record)", dest, err)
+		return l
+	}
+	l.Origin = rec.Origin
+	want := map[string]*bundle.RecordEntry{}
+	for i := range rec.Entries {
+		want[rec.Entries[i].Name] = &rec.Entries[i]
+	}
+	uid := uint32(os.Geteuid())
+	var same []File // unchanged files: kept with their unit if it changed
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		l.Err = err.Error()
+		return l
+	}
+	defer root.Close()
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if name != "." {
+				l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + errors.Unwrap(err).Error()})
+				return fs.SkipDir
+			}
+			return err
+		}
+		if name == "." || name == bundle.InstalledMarker {
+			return nil // the record itself: what DEST is compared with
+		}
+		if own(name) {
+			l.Skipped = append(l.Skipped, Skip{name, "kbundle's own file"})
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			return nil
+		}
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l.Skipped = append(l.Skipped, Skip{name, "symlink"})
+			return nil
+		case st != nil && st.Uid != uid:
+			l.Skipped = append(l.Skipped, Skip{name, fmt.Sprintf("owned by uid %d, not you", st.Uid)})
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		case fi.IsDir():
+			return nil
+		case !fi.Mode().IsRegular():
+			l.Skipped = append(l.Skipped, Skip{name, "special file (" + fi.Mode().Type().String() + ")"})
+			return nil
+		}
+		e := want[name]
+		if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
+			// Unchanged since install (a relocated one too).
+			if dig := cmpOr(e.Packed, e.Dig); Unit(name) != name {
+				same = append(same, File{Name: name, Size: -1, Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), Dig: dig, Kept: true})
+			}
+			return nil
+		}
+		f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
+		d2, size, err := digestOf(root, name, dest, l.Origin)
+		if err != nil {
+			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			return nil
+		}
+		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
+		if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
+			if Unit(name) != name {
+				f.Kept = true
+				same = append(same, f)
+			}
+			return nil // same bytes (after relocation undone)
+		}
+		l.Files = append(l.Files, f)
+		return nil
+	})
+	if err != nil {
+		l.Err = fmt.Sprintf("cannot read %s: %v", dest, err)
+	}
+	// A unit goes whole: its unchanged files join a changed unit.
+	changed := map[string]bool{}
+	for _, f := range l.Files {
+		changed[Unit(f.Name)] = true
+	}
+	for _, f := range same {
+		if !changed[Unit(f.Name)] {
+			continue
+		}
+		if f.Size < 0 { // not read yet
+			d, size, err := digestOf(root, f.Name, dest, l.Origin)
+			if err != nil {
+				l.Skipped = append(l.Skipped, Skip{f.Name, "unreadable: " + err.Error()})
+				continue
+			}
+			f.Digest, f.Size, f.Dig = d, size, bundle.FormatDigest(d)
+		}
+		l.Files = append(l.Files, f)
+	}
+	return l
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// own reports whether name (slash-separated, relative to DEST) is one of
+// kbundle's files: the record, temporaries, locks, bundles.
+func own(name string) bool {
+	base := path.Base(name)
+	return name == bundle.InstalledMarker || strings.HasPrefix(base, ".kbundle-") || strings.HasSuffix(base, ".kbundle")
+}
+
+// relocated reports whether relocation rewrites the file (Triton's
+// group files, which hold DEST's absolute path).
+func relocated(name string) bool {
+	b := path.Base(name)
+	return strings.HasPrefix(b, "__grp__") && strings.HasSuffix(b, ".json")
+}
+
+// maxRelocated bounds a relocated file harvest reads into memory.
+const maxRelocated = 64 << 20
+
+// content opens name in root: its bytes as the bundle must hold them
+// (relocation undone: dest replaced with origin in a group file).
+func content(root *os.Root, name, dest, origin string) (io.Reader, int64, func(), error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		f, err = root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	}
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = errors.New("no longer a regular file")
+		}
+		return nil, 0, nil, err
+	}
+	if relocated(name) && origin != "" && origin != dest && fi.Size() <= maxRelocated {
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		b = bytes.ReplaceAll(b, []byte(dest), []byte(origin))
+		return bytes.NewReader(b), int64(len(b)), func() {}, nil
+	}
+	return f, fi.Size(), func() { f.Close() }, nil
+}
+
+func digestOf(root *os.Root, name, dest, origin string) (bundle.Digest, int64, error) {
+	r, size, done, err := content(root, name, dest, origin)
+	if err != nil {
+		return bundle.Digest{}, 0, err
+	}
+	defer done()
+	h := xxh3.New()
+	n, err := io.Copy(h, r)
+	if err == nil && n != size {
+		err = fmt.Errorf("changed while read (%d bytes, %d before)", n, size)
+	}
+	return bundle.Digest(h.Sum128().Bytes()), size, err
+}
+
+// copyLocal adds rank 0's own file f to w.
+func copyLocal(w *bundle.Writer, dest string, f File, origin string) error {
+	root, err := os.OpenRoot(dest)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	r, size, done, err := content(root, name(f), absDest(dest), origin)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if size != f.Size {
+		return fmt.Errorf("changed during the harvest (now %d bytes, %d when listed); run harvest again", size, f.Size)
+	}
+	return w.CopyFile(f.Name, fs.FileMode(f.Mode), time.Unix(0, f.Mtime), f.Size, f.Digest, r)
+}
+
+func name(f File) string { return f.Name }
+
+func absDest(d string) string {
+	if a, err := filepath.Abs(d); err == nil {
+		return a
+	}
+	return d
+}
+
+// sendFile sends exactly f.Size bytes of f (zeros past a file that
+// shrank: rank 0's digest check then fails it), in chunks.
+func sendFile(p P2P, plan Plan, f File, origin string, chunk int) error {
+	var r io.Reader = bytes.NewReader(nil)
+	done := func() {}
+	root, err := os.OpenRoot(plan.Dest)
+	if err == nil {
+		defer root.Close()
+		var rr io.Reader
+		if rr, _, done, err = content(root, f.Name, absDest(plan.Dest), origin); err == nil {
+			r = rr
+		}
+	}
+	defer done()
+	buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
+	for left := f.Size; left > 0; {
+		b := buf[:min(int64(len(buf)), left)]
+		n, _ := io.ReadFull(r, b)
+		clear(b[n:])
+		if err := p.Send(b, 0, tagData); err != nil {
+			return commErr("send "+f.Name, err)
+		}
+		left -= int64(len(b))
+	}
+	return nil
+}
+
+// recvFile receives f from leader r into w. Every byte is received even
+// when w failed, so that the leaders' sends complete.
+func recvFile(w *bundle.Writer, p P2P, r int, f File, chunk int) error {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := w.CopyFile(f.Name, fs.FileMode(f.Mode), time.Unix(0, f.Mtime), f.Size, f.Digest, pr)
+		pr.CloseWithError(err)
+		errc <- err
+	}()
+	buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
+	var commFail error
+	for left := f.Size; left > 0; {
+		b := buf[:min(int64(len(buf)), left)]
+		if err := p.Recv(b, r, tagData); err != nil {
+			commFail = commErr("receive "+f.Name, err)
+			break
+		}
+		pw.Write(b) // after a CopyFile error, the write fails and the bytes are dropped
+		left -= int64(len(b))
+	}
+	if commFail != nil {
+		pw.CloseWithError(commFail)
+		<-errc
+		return commFail
+	}
+	pw.Close()
+	return <-errc
+}
+
+func sendChoice(p P2P, r int, choice []int, origin string) error {
+	if choice == nil {
+		choice = []int{}
+	}
+	b, _ := json.Marshal(choice)
+	if err := sendMsg(p, b, r, tagChoice); err != nil {
+		return commErr("send the choice", err)
+	}
+	if err := sendMsg(p, []byte(origin), r, tagChoice); err != nil {
+		return commErr("send the origin", err)
+	}
+	return nil
+}
+
+// sendMsg sends a length, then the bytes.
+func sendMsg(p P2P, b []byte, to, tag int) error {
+	n := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
+	if err := p.Send(n, to, tag); err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return p.Send(b, to, tag)
+}
+
+// maxMsg bounds a list or choice message.
+const maxMsg = 1 << 30
+
+func recvMsg(p P2P, from, tag int) ([]byte, error) {
+	n := make([]byte, 8)
+	if err := p.Recv(n, from, tag); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint64(n)
+	if size > maxMsg {
+		return nil, fmt.Errorf("message of %d bytes from rank %d (limit %d)", size, from, maxMsg)
+	}
+	b := make([]byte, size)
+	if size == 0 {
+		return b, nil
+	}
+	return b, p.Recv(b, from, tag)
+}
+
+func commErr(what string, err error) error {
+	return fmt.Errorf("%w: harvest: %s: %w", broadcast.ErrComm, what, err)
+}

@@ -1,0 +1,261 @@
+package harvest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast/broadcasttest"
+	"github.com/kbundle/kbundle/bundle"
+)
+
+// install makes a set at set from files (none: an empty base) and
+// extracts it to dest.node0, dest.node1, … (one per node), as load does.
+func install(t *testing.T, set, dest string, nodes int, files map[string]string) {
+	t.Helper()
+	if _, err := bundle.WriteLayer(context.Background(), set, nil, func(w *bundle.Writer) error {
+		for n, c := range files {
+			if err := w.WriteFile(n, 0o644, time.Unix(100, 0), []byte(c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	installed(t, set, dest, nodes)
+}
+
+func installed(t *testing.T, set, dest string, nodes int) {
+	t.Helper()
+	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trusted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for n := 0; n < nodes; n++ {
+		if _, err := s.Read[len(s.Read)-1].Extract(context.Background(), fmt.Sprintf("%s.node%d", dest, n), &bundle.ExtractOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func write(t *testing.T, dest, name, content string) {
+	t.Helper()
+	p := filepath.Join(dest, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// run harvests on a world of nodes fake nodes, ranksPerNode ranks each.
+func run(t *testing.T, set, dest string, nodes, ranksPerNode int) []*Summary {
+	t.Helper()
+	ids := make([]int, nodes*ranksPerNode)
+	for i := range ids {
+		ids[i] = i / ranksPerNode
+	}
+	world := broadcasttest.World(ids...)
+	type out struct {
+		s   *Summary
+		err error
+	}
+	res := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) out {
+		s, err := Run(context.Background(), c, Plan{Bundle: set, Dest: dest, Host: fmt.Sprintf("kbn%d", c.Rank()/ranksPerNode), RanksPerNode: ranksPerNode, Chunk: 7})
+		return out{s, err}
+	})
+	var sums []*Summary
+	for r, o := range res {
+		if o.err != nil {
+			t.Fatalf("rank %d: %v", r, o.err)
+		}
+		sums = append(sums, o.s)
+	}
+	return sums
+}
+
+func layerFiles(t *testing.T, p string) map[string]string {
+	t.Helper()
+	r, err := bundle.Open(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out := map[string]string{}
+	for _, e := range r.Entries() {
+		if e.Dir {
+			continue
+		}
+		f, _ := r.Open(e.Name)
+		b, err := io.ReadAll(f.(io.Reader))
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name] = string(b)
+	}
+	return out
+}
+
+// The issue's Numba conflict: two nodes each add a different signature
+// to one function, both write f.1.nbc with different bytes; the unit
+// comes whole from one node (the lowest rank).
+func TestNumbaConflictWholeUnit(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 2, map[string]string{"numba/other.nbi": "o"})
+	write(t, dest+".node0", "numba/mod/f-10.py312.nbi", "index A")
+	write(t, dest+".node0", "numba/mod/f-10.py312.1.nbc", "code A")
+	write(t, dest+".node1", "numba/mod/f-10.py312.nbi", "index B")
+	write(t, dest+".node1", "numba/mod/f-10.py312.1.nbc", "code B (longer)")
+	write(t, dest+".node1", "numba/mod/f-10.py312.2.nbc", "code B2")
+	write(t, dest+".node1", "numba/mod/g-3.py312.nbi", "g") // only on node 1
+	write(t, dest+".node0", "same.bin", "identical")        // on both nodes
+	write(t, dest+".node1", "same.bin", "identical")
+	sums := run(t, set, dest, 2, 2)
+	s := sums[0]
+	for r := range sums {
+		if sums[r].Layer != s.Layer {
+			t.Fatalf("rank %d got another outcome", r)
+		}
+	}
+	if s.Layer == "" || s.Base {
+		t.Fatalf("no layer written: %+v", s)
+	}
+	got := layerFiles(t, s.Layer)
+	want := map[string]string{
+		"numba/mod/f-10.py312.nbi":   "index A",
+		"numba/mod/f-10.py312.1.nbc": "code A",
+		"numba/mod/g-3.py312.nbi":    "g",
+		"same.bin":                   "identical",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("layer holds %v\nwant %v (f's unit whole from node 0, nothing of node 1's f)", got, want)
+	}
+	if s.Nodes[0].Entries != 3 || s.Nodes[1].Entries != 5 || s.Nodes[1].Elsewhere != 1 || s.Nodes[1].Chosen != 1 {
+		t.Errorf("node reports: %+v", s.Nodes)
+	}
+	if lines := Report(s); len(lines) != 2 || !strings.Contains(lines[1], "kbn1 (ranks 2-3): compiled 5 entries") {
+		t.Errorf("report: %q", lines)
+	}
+	// The set's merged view holds node 0's unit.
+	os_, err := bundle.OpenSet(set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os_.Close()
+	if !os_.HasDeltas() {
+		t.Error("the set has no layer")
+	}
+}
+
+// A job that compiled nothing writes no layer.
+func TestNothingCompiledNoLayer(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 2, map[string]string{"a/b.nbi": "x", "triton/" + strings.Repeat("A", 52) + "/__grp__k.json": "{}"})
+	// Rewritten with the same bytes: a new mtime, but not changed.
+	write(t, dest+".node1", "a/b.nbi", "x")
+	s := run(t, set, dest, 2, 1)[0]
+	if s.Layer != "" || s.Files != 0 {
+		t.Fatalf("layer written for a job that compiled nothing: %+v", s)
+	}
+	if _, err := os.Stat(bundle.LayerDir(set)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("layer directory made: %v", err)
+	}
+}
+
+// The first harvest into a missing set writes its base; skips are named.
+func TestFirstHarvestAndSkips(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	empty := filepath.Join(dir, "empty.kbundle")
+	install(t, empty, dest, 1, nil)
+	d := dest + ".node0"
+	h := strings.Repeat("B", 52)
+	write(t, d, "triton/"+h+"/k.cubin", "cubin")
+	write(t, d, "triton/"+h+"/__grp__k.json", `{"child_paths": {"k.cubin": "`+d+`/triton/`+h+`/k.cubin"}}`)
+	os.WriteFile(filepath.Join(dir, "secret"), []byte("secret"), 0o600)
+	os.Symlink(filepath.Join(dir, "secret"), filepath.Join(d, "link"))
+	syscall.Mkfifo(filepath.Join(d, "fifo"), 0o644)
+	write(t, d, "x.kbundle", "a bundle")
+	write(t, d, "unreadable", "u")
+	os.Chmod(filepath.Join(d, "unreadable"), 0)
+	write(t, d, "theirs", "t")
+	if os.Geteuid() == 0 {
+		os.Chown(filepath.Join(d, "theirs"), 12345, 12345)
+	}
+	s := run(t, set, dest, 1, 1)[0]
+	if !s.Base || s.Layer != set {
+		t.Fatalf("first harvest: %+v, want the set's base", s)
+	}
+	got := layerFiles(t, set)
+	if os.Geteuid() == 0 {
+		delete(got, "unreadable") // root reads it
+	}
+	if len(got) != 2 || got["triton/"+h+"/k.cubin"] != "cubin" {
+		t.Errorf("base holds %v", got)
+	}
+	why := map[string]string{}
+	for _, sk := range s.Nodes[0].Skipped {
+		why[sk.Name] = sk.Why
+	}
+	for n, w := range map[string]string{"link": "symlink", "fifo": "special", "x.kbundle": "kbundle's own"} {
+		if !strings.Contains(why[n], w) {
+			t.Errorf("%s: skipped as %q, want %q", n, why[n], w)
+		}
+	}
+	if os.Geteuid() == 0 && !strings.Contains(why["theirs"], "not you") {
+		t.Errorf("theirs: skipped as %q", why["theirs"])
+	}
+	if os.Geteuid() != 0 && !strings.Contains(why["unreadable"], "unreadable") {
+		t.Errorf("unreadable: skipped as %q", why["unreadable"])
+	}
+}
+
+func TestUnit(t *testing.T) {
+	h := strings.Repeat("C", 52)
+	for name, want := range map[string]string{
+		"numba/m/f-1.py312.nbi":           "numba/m/f-1.py312.nb*",
+		"numba/m/f-1.py312.12.nbc":        "numba/m/f-1.py312.nb*",
+		"triton/" + h + "/k.cubin":        "triton/" + h + "/",
+		"inductor/triton/0/" + h + "/x.a": "inductor/triton/0/" + h + "/",
+		"jax/abc":                         "jax/abc",
+	} {
+		if got := Unit(name); got != want {
+			t.Errorf("Unit(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// A unit that changed goes whole, its unchanged files too; harvesting the
+// same DEST again (no load in between) writes nothing.
+func TestUnitWholeAndNoRepeat(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 1, map[string]string{"n/f-1.py312.nbi": "i1", "n/f-1.py312.1.nbc": "c1", "n/h.nbi": "h"})
+	write(t, dest+".node0", "n/f-1.py312.nbi", "i2")
+	write(t, dest+".node0", "n/f-1.py312.2.nbc", "c2")
+	s := run(t, set, dest, 1, 1)[0]
+	got := layerFiles(t, s.Layer)
+	want := map[string]string{"n/f-1.py312.nbi": "i2", "n/f-1.py312.1.nbc": "c1", "n/f-1.py312.2.nbc": "c2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("layer %v, want %v", got, want)
+	}
+	if s.Nodes[0].Entries != 2 {
+		t.Errorf("compiled %d entries, want 2 (the unchanged .1.nbc is not counted)", s.Nodes[0].Entries)
+	}
+	if again := run(t, set, dest, 1, 1)[0]; again.Layer != "" {
+		t.Errorf("second harvest of the same DEST wrote %s", again.Layer)
+	}
+}

@@ -1,0 +1,126 @@
+package harvest
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Report is the summary as lines: one per node of what it compiled that
+// the set lacked (identical lines merged, hosts in hostlist form), then
+// what was written.
+func Report(s *Summary) []string {
+	type line struct {
+		hosts []string
+		ranks string
+	}
+	var order []string
+	byText := map[string]*line{}
+	for _, n := range s.Nodes {
+		var text string
+		switch {
+		case n.MissingDir:
+			text = "no DEST (nothing loaded here)"
+		case n.Error != "":
+			text = "not harvested: " + n.Error
+		default:
+			text = fmt.Sprintf("compiled %d entries (%s) the bundle lacked", n.Entries, size(n.Bytes))
+			if n.Elsewhere > 0 {
+				text += fmt.Sprintf("; %d also on other nodes", n.Elsewhere)
+			}
+		}
+		if len(n.Skipped) > 0 {
+			names := []string{}
+			for _, sk := range n.Skipped {
+				names = append(names, sk.Name+" ("+sk.Why+")")
+			}
+			text += "; skipped " + strings.Join(names, ", ")
+		}
+		l := byText[text]
+		if l == nil {
+			l = &line{}
+			byText[text] = l
+			order = append(order, text)
+		}
+		l.hosts = append(l.hosts, n.Host)
+		l.ranks = fmt.Sprintf("rank %d", n.FirstRank)
+		if n.LastRank > n.FirstRank {
+			l.ranks = fmt.Sprintf("ranks %d-%d", n.FirstRank, n.LastRank)
+		}
+	}
+	var out []string
+	for _, text := range order {
+		l := byText[text]
+		who := l.hosts[0] + " (" + l.ranks + ")"
+		if len(l.hosts) > 1 {
+			who = Hostlist(l.hosts)
+		}
+		out = append(out, who+": "+text)
+	}
+	return out
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+var hostRe = regexp.MustCompile(`^(.*?)([0-9]+)$`)
+
+// Hostlist writes host names in Slurm's hostlist form: kbn1, kbn2, kbn3,
+// kbn7 → kbn[1-3,7].
+func Hostlist(hosts []string) string {
+	type num struct {
+		n     int
+		s     string
+		width int
+	}
+	prefixes := []string{}
+	nums := map[string][]num{}
+	var plain []string
+	for _, h := range hosts {
+		m := hostRe.FindStringSubmatch(h)
+		if m == nil {
+			plain = append(plain, h)
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		if _, ok := nums[m[1]]; !ok {
+			prefixes = append(prefixes, m[1])
+		}
+		nums[m[1]] = append(nums[m[1]], num{n, m[2], len(m[2])})
+	}
+	out := plain
+	for _, p := range prefixes {
+		ns := nums[p]
+		slices.SortFunc(ns, func(a, b num) int { return a.n - b.n })
+		if len(ns) == 1 {
+			out = append(out, p+ns[0].s)
+			continue
+		}
+		var parts []string
+		for i := 0; i < len(ns); {
+			j := i
+			for j+1 < len(ns) && ns[j+1].n == ns[j].n+1 && ns[j+1].width == ns[i].width {
+				j++
+			}
+			if j > i {
+				parts = append(parts, ns[i].s+"-"+ns[j].s)
+			} else {
+				parts = append(parts, ns[i].s)
+			}
+			i = j + 1
+		}
+		out = append(out, p+"["+strings.Join(parts, ",")+"]")
+	}
+	return strings.Join(out, ",")
+}
