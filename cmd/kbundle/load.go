@@ -162,8 +162,8 @@ func loadAction(c *cli.Context) error {
 	if err != nil {
 		return l.failure(loadcmd.Failure(loadcmd.CLI, err))
 	}
-	if c.Bool("print-env") && len(opts.Presets()) == 0 {
-		return l.fail("--print-env needs --preset NAME", exitUsage)
+	if c.Bool("print-env") && c.Bool("json") {
+		return l.fail("--print-env and --json do not go together: --json's \"env\" holds the variables", exitUsage)
 	}
 	if derr != nil {
 		l.say("warning: " + derr.Error())
@@ -241,11 +241,16 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 		fmt.Fprintf(out, "%s\n", b)
 		return nil
 	case c.Bool("print-env"):
+		// Only stdout changes: the summary stays on stderr (U12); the
+		// recorded presets count as for a plain load (U4).
+		if len(o.Env) == 0 {
+			return l.fail(fmt.Sprintf("--print-env: the bundle records no preset and none was given, so there is nothing to print (loaded into %s); pass --preset NAME", safe(o.Dest)), exitUsage)
+		}
 		printExports(out, o.Env)
-		return nil
+	default:
+		fmt.Fprintln(out, o.Dest)
+		printExports(out, o.Env)
 	}
-	fmt.Fprintln(out, o.Dest)
-	printExports(out, o.Env)
 	if c.Bool("quiet") {
 		return nil
 	}
