@@ -97,7 +97,7 @@ func argValue(c *cli.Command) (valueKind, []string) {
 	switch c.Name {
 	case "info", "ls", "verify", "extract":
 		return valueBundle, nil
-	case "clean":
+	case "clean", "status":
 		return valueDir, nil
 	case "completion":
 		return valueWords, shells
