@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,5 +72,173 @@ func TestRemoveInstalled(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "real", InstalledMarker)); err != nil {
 		t.Errorf("the tree behind the symlink was touched: %v", err)
+	}
+}
+
+// installedTree extracts a small bundle to dir/name and returns its path.
+func installedTree(t *testing.T, dir, name string) string {
+	t.Helper()
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "k"), []byte("kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := pack(t, src, nil)
+	rc, err := Open(out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	p := filepath.Join(dir, name)
+	if _, err := rc.Extract(context.Background(), p, &ExtractOptions{Record: RecordInfo{Job: "j-" + name}}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCleanInUse: a tree a live load is installing (a locked temporary
+// beside it naming it, or naming no destination: an older kbundle's) is
+// refused and left; a live temporary of another DEST, or a stale one of
+// this DEST, does not keep it.
+func TestCleanInUse(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		temp    func(t *testing.T, dir, dest string)
+		refused bool
+	}{
+		{"live temporary of this DEST", func(t *testing.T, dir, dest string) { holdTemp(t, dir, dest) }, true},
+		{"live temporary naming no DEST", func(t *testing.T, dir, dest string) { holdTemp(t, dir, "") }, true},
+		{"live temporary of another DEST", func(t *testing.T, dir, dest string) { holdTemp(t, dir, filepath.Join(dir, "other")) }, false},
+		{"stale temporary of this DEST", func(t *testing.T, dir, dest string) {
+			p, _, done, err := newTempDirFor(context.Background(), dir, dest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done()
+			tempsMu.Lock()
+			unlockTree(p, temps[p]) // the process "died": no lock; write the marker back, unlocked
+			delete(temps, p)
+			tempsMu.Unlock()
+			if err := os.WriteFile(filepath.Join(p, tempMarker), []byte(tempMarkerFor(dest)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			dest := installedTree(t, dir, "dest")
+			c.temp(t, dir, dest)
+			res, err := Clean(dest, nil)
+			if c.refused {
+				if !errors.Is(err, ErrDestination) || res.Removed || !strings.Contains(err.Error(), "in use") {
+					t.Fatalf("Clean = %+v, %v; want refused as in use", res, err)
+				}
+				if _, err := os.Stat(filepath.Join(dest, "k")); err != nil {
+					t.Errorf("the tree in use was touched: %v", err)
+				}
+				return
+			}
+			if err != nil || !res.Removed {
+				t.Fatalf("Clean = %+v, %v; want removed", res, err)
+			}
+		})
+	}
+}
+
+// holdTemp makes a temporary tree in dir, as Stage does for dest, locked
+// by this (live) process until the test ends.
+func holdTemp(t *testing.T, dir, dest string) {
+	p, _, done, err := newTempDirFor(context.Background(), dir, dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done()
+	t.Cleanup(func() { dropTemp(p) })
+}
+
+// TestCleanMountPoint: a DEST that is a mount point (another file system,
+// or a bind mount of the same one) is refused and left, even holding
+// kbundle's marker. Needs root and mount(8); skipped otherwise.
+func TestCleanMountPoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	dir := t.TempDir()
+	mount := func(t *testing.T, args ...string) {
+		t.Helper()
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Skipf("cannot mount here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { exec.Command("umount", args[len(args)-1]).Run() })
+	}
+	t.Run("tmpfs", func(t *testing.T) {
+		m := filepath.Join(dir, "tmpfs")
+		os.Mkdir(m, 0o700)
+		mount(t, "-t", "tmpfs", "-o", "mode=0700", "tmpfs", m)
+		if err := os.WriteFile(filepath.Join(m, InstalledMarker), []byte(markerText+"0\n"), markerPerm); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(m, "k"), []byte("kernel"), 0o600)
+		if res, err := Clean(m, nil); !errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), "mount point") || res.Removed {
+			t.Fatalf("Clean = %+v, %v; want refused as a mount point", res, err)
+		}
+		if _, err := os.Stat(filepath.Join(m, "k")); err != nil {
+			t.Errorf("the mounted tree was touched: %v", err)
+		}
+	})
+	t.Run("bind mount", func(t *testing.T) {
+		real := installedTree(t, dir, "real")
+		b := filepath.Join(dir, "bind")
+		os.Mkdir(b, 0o700)
+		mount(t, "--bind", real, b)
+		if res, err := Clean(b, nil); !errors.Is(err, ErrDestination) || !strings.Contains(err.Error(), "mount point") || res.Removed {
+			t.Fatalf("Clean = %+v, %v; want refused as a mount point", res, err)
+		}
+		if _, err := os.Stat(filepath.Join(real, "k")); err != nil {
+			t.Errorf("the tree behind the bind mount was touched: %v", err)
+		}
+	})
+}
+
+// TestCleanOwner: another user's tree is refused; root acting for that
+// user (ForUser) removes it, and then refuses the caller's own tree.
+// Keep leaves a tree with its reason.
+func TestCleanOwner(t *testing.T) {
+	dir := t.TempDir()
+	kept := installedTree(t, dir, "kept")
+	res, err := Clean(kept, &CleanOptions{Keep: func(rec *InstallRecord) string {
+		if rec == nil || rec.Job != "j-kept" {
+			t.Errorf("Keep got record %+v", rec)
+		}
+		return "not this one"
+	}})
+	if err != nil || res.Removed || res.Kept != "not this one" {
+		t.Fatalf("Clean with Keep = %+v, %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(kept, "k")); err != nil {
+		t.Errorf("the kept tree was touched: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("giving a tree to another user needs root")
+	}
+	const other = 65534
+	theirs := installedTree(t, dir, "theirs")
+	for _, p := range []string{theirs, filepath.Join(theirs, InstalledMarker)} {
+		if err := os.Lchown(p, other, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if res, err := Clean(theirs, nil); !errors.Is(err, ErrDestination) || res.Removed {
+		t.Fatalf("Clean(another user's tree) = %+v, %v; want refused", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(theirs, "k")); err != nil {
+		t.Errorf("another user's tree was touched: %v", err)
+	}
+	mine := installedTree(t, dir, "mine")
+	as := &CleanOptions{ForUser: true, UID: other}
+	if res, err := Clean(mine, as); !errors.Is(err, ErrDestination) || res.Removed {
+		t.Fatalf("Clean(root's tree, for uid %d) = %+v, %v; want refused", other, res, err)
+	}
+	if res, err := Clean(theirs, as); err != nil || !res.Removed {
+		t.Fatalf("Clean(their tree, for uid %d) = %+v, %v; want removed", other, res, err)
 	}
 }

@@ -138,7 +138,7 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	}
 	RemoveStale(s.parent) // best effort: a failure here must not stop the load
 	var done func()
-	s.tmp, ctx, done, err = newTempDir(ctx, s.parent)
+	s.tmp, ctx, done, err = newTempDirFor(ctx, s.parent, dest)
 	if err != nil {
 		return nil, fmt.Errorf("cannot extract into %s: %w", s.parent, err)
 	}
@@ -242,7 +242,7 @@ func (s *Staged) install() error {
 			return fmt.Errorf("cannot replace %s: %w", s.dest, err)
 		}
 		forget(s.tmp)
-		trackTree(old)
+		trackTree(old, s.dest)
 		s.tmp = old
 	}
 	return nil
@@ -328,7 +328,7 @@ func (s *Staged) uninstall() error {
 		return fmt.Errorf("cannot take %s back: %w", s.dest, err)
 	}
 	s.tmp = tmp
-	trackTree(tmp)
+	trackTree(tmp, s.dest)
 	return nil
 }
 

@@ -93,6 +93,11 @@ const MaxRecordLen = 1 << 30
 // marker's checks. An unknown record version matches ErrVersion instead.
 var ErrNoRecord = errors.New("no install record")
 
+// ErrOldMarker says a directory holds the prose marker of an older
+// kbundle: kbundle installed it, but without a record of the tree. It
+// matches ErrNoRecord too.
+var ErrOldMarker = fmt.Errorf("%w: a marker of an older kbundle", ErrNoRecord)
+
 // An InstallRecord is the `.kbundle-installed` file kbundle writes at the
 // top of every tree it installs (docs/FORMAT.md, "Install record").
 // Fields are only ever added.
@@ -317,11 +322,11 @@ func ReadInstallRecord(dest string) (*InstallRecord, error) {
 
 // ParseInstallRecord parses and checks an install record's bytes
 // (docs/FORMAT.md, "Install record"). An older kbundle's prose marker
-// matches ErrNoRecord; a newer version, ErrVersion; anything else that
+// matches ErrOldMarker (and ErrNoRecord); a newer version, ErrVersion; anything else that
 // breaks the rules, ErrFormat.
 func ParseInstallRecord(b []byte) (*InstallRecord, error) {
 	if bytes.HasPrefix(b, []byte(markerText)) {
-		return nil, errf(ErrNoRecord, "a marker of an older kbundle, without a record of the tree")
+		return nil, errf(ErrOldMarker, "without a record of the tree")
 	}
 	if len(b) > MaxRecordLen {
 		return nil, errf(ErrTooLarge, "install record longer than %d bytes", MaxRecordLen)

@@ -164,7 +164,8 @@ func TestParseInstallRecord(t *testing.T) {
 		want       error
 	}{
 		{"good, with an unknown field", good, nil},
-		{"prose marker", markerText + "00.\n", ErrNoRecord},
+		{"prose marker", markerText + "00.\n", ErrOldMarker},
+		{"prose marker is no record", markerText + "00.\n", ErrNoRecord},
 		{"newer version", strings.Replace(good, ":1,", ":2,", 1), ErrVersion},
 		{"version 0", strings.Replace(good, ":1,", ":0,", 1), ErrFormat},
 		{"not json", recordPrefix + "1,", ErrFormat},

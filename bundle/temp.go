@@ -57,8 +57,44 @@ var unfinishedAge = time.Minute
 // tempMarker is the lock file at the top of a temporary tree.
 const tempMarker = ".kbundle-temporary"
 
-// tempMarkerText is tempMarker's content: RemoveStale also checks it.
+// tempMarkerText is how tempMarker's content starts: RemoveStale also
+// checks it. A line "dest PATH\n" follows, naming the destination the tree
+// is for (or held before a replacing install), so that Clean can tell
+// that a live load is installing that very DEST; the tree is private
+// (0700), so the name is announced to no one else.
 const tempMarkerText = "kbundle: temporary tree of an unfinished extraction, locked while its process lives; kbundle removes it once unlocked\n"
+
+// tempDestTag opens tempMarker's second line.
+const tempDestTag = "dest "
+
+// maxTempMarker bounds tempMarker's size: its text and a destination.
+const maxTempMarker = len(tempMarkerText) + len(tempDestTag) + 4096 + 1
+
+// tempMarkerFor is tempMarker's content for a tree of dest ("": none
+// named, as older kbundles wrote it).
+func tempMarkerFor(dest string) string {
+	if dest == "" || strings.ContainsRune(dest, '\n') || len(dest) > 4096 {
+		return tempMarkerText
+	}
+	return tempMarkerText + tempDestTag + dest + "\n"
+}
+
+// markerDest is the destination a tempMarker's content b names, and
+// whether b is kbundle's (tempMarkerFor's output).
+func markerDest(b []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(b, []byte(tempMarkerText))
+	if !ok {
+		return "", false
+	}
+	if len(rest) == 0 {
+		return "", true
+	}
+	d, ok := bytes.CutPrefix(rest, []byte(tempDestTag))
+	if !ok || len(d) < 2 || d[len(d)-1] != '\n' || bytes.IndexByte(d[:len(d)-1], '\n') >= 0 {
+		return "", false
+	}
+	return string(d[:len(d)-1]), true
+}
 
 // ErrExiting: RemoveTemps was called (a signal or a timeout): this process
 // is ending, and Stage, Install and Pack refuse to start or install a
@@ -68,6 +104,7 @@ var ErrExiting = errors.New("kbundle: the process is exiting (its temporaries we
 // A tempEntry is one of this process's temporaries.
 type tempEntry struct {
 	dir  bool
+	dest string   // a tree's destination, named in its marker
 	lock *os.File // a tree's locked tempMarker (nil for a file: its writer holds the lock)
 	// For a tree being extracted into: cancel stops the extraction, and
 	// stopped is closed when its workers have returned.
@@ -148,6 +185,12 @@ func tempPattern() string {
 // returned context, derived from ctx, is cancelled by RemoveTemps, which
 // then waits (a little) for done to be called before it removes the tree.
 func newTempDir(ctx context.Context, parent string) (path string, _ context.Context, done func(), err error) {
+	return newTempDirFor(ctx, parent, "")
+}
+
+// newTempDirFor is newTempDir for a tree to be installed at dest, which
+// its marker names (tempMarkerFor).
+func newTempDirFor(ctx context.Context, parent, dest string) (path string, _ context.Context, done func(), err error) {
 	tempsMu.Lock()
 	defer tempsMu.Unlock()
 	if closing {
@@ -161,7 +204,7 @@ func newTempDir(ctx context.Context, parent string) (path string, _ context.Cont
 	if err != nil {
 		return "", nil, nil, err
 	}
-	lock, err := lockTree(born)
+	lock, err := lockTree(born, dest)
 	if err == nil {
 		path = filepath.Join(parent, tempTag+strings.TrimPrefix(filepath.Base(born), newTag))
 		if err = renameNoReplace(born, path); err != nil {
@@ -173,7 +216,7 @@ func newTempDir(ctx context.Context, parent string) (path string, _ context.Cont
 		os.Remove(born)
 		return "", nil, nil, err
 	}
-	e := &tempEntry{dir: true, lock: lock, stopped: make(chan struct{})}
+	e := &tempEntry{dir: true, dest: dest, lock: lock, stopped: make(chan struct{})}
 	var once sync.Once
 	done = func() { once.Do(func() { close(e.stopped) }) }
 	ctx, e.cancel = context.WithCancel(ctx)
@@ -231,9 +274,9 @@ func flock(f *os.File) error {
 	return nil
 }
 
-// lockTree writes tempMarker at the top of the tree dir (ours, just made
-// or just taken back) and returns it, locked.
-func lockTree(dir string) (*os.File, error) {
+// lockTree writes tempMarker, naming dest, at the top of the tree dir
+// (ours, just made or just taken back) and returns it, locked.
+func lockTree(dir, dest string) (*os.File, error) {
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
@@ -245,7 +288,7 @@ func lockTree(dir string) (*os.File, error) {
 	}
 	f := os.NewFile(uintptr(fd), filepath.Join(dir, tempMarker))
 	if err = flock(f); err == nil {
-		_, err = f.WriteString(tempMarkerText)
+		_, err = f.WriteString(tempMarkerFor(dest))
 	}
 	if err != nil {
 		f.Close()
@@ -273,14 +316,14 @@ func unlockTree(path string, e *tempEntry) {
 // holds tempsMu.
 func relockTree(path string, e *tempEntry) {
 	if e.lock == nil {
-		e.lock, _ = lockTree(path)
+		e.lock, _ = lockTree(path, e.dest)
 	}
 }
 
 // trackTree tracks (and locks) a tree this process renamed to a
-// temporary's name. The caller holds tempsMu.
-func trackTree(path string) {
-	e := &tempEntry{dir: true}
+// temporary's name, from dest or for it. The caller holds tempsMu.
+func trackTree(path, dest string) {
+	e := &tempEntry{dir: true, dest: dest}
 	relockTree(path, e)
 	temps[path] = e
 }
@@ -575,7 +618,7 @@ func removeUnfinished(dirfd int, name string, fd int) (bool, error) {
 		defer unix.Close(mfd)
 		var st, dst unix.Stat_t
 		if unix.Fstat(mfd, &st) != nil || unix.Fstat(fd, &dst) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
-			st.Nlink != 1 || st.Uid != dst.Uid || st.Size > int64(len(tempMarkerText)) ||
+			st.Nlink != 1 || st.Uid != dst.Uid || st.Size > int64(maxTempMarker) ||
 			unix.Flock(mfd, unix.LOCK_EX|unix.LOCK_NB) != nil || unix.Unlinkat(fd, tempMarker, 0) != nil {
 			return false, nil
 		}
@@ -594,19 +637,29 @@ func lockMarker(dfd int) int {
 	if err != nil {
 		return -1
 	}
-	var st, dst unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || unix.Fstat(dfd, &dst) != nil ||
-		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Uid != dst.Uid || st.Size != int64(len(tempMarkerText)) ||
-		unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		unix.Close(fd)
-		return -1
-	}
-	b := make([]byte, len(tempMarkerText)+1)
-	if n, _ := unix.Pread(fd, b, 0); n != len(tempMarkerText) || !bytes.Equal(b[:n], []byte(tempMarkerText)) {
+	if _, ok := readMarker(fd, dfd); !ok || unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
 		unix.Close(fd)
 		return -1
 	}
 	return fd
+}
+
+// readMarker reads the tempMarker open as fd in the directory open as
+// dfd: the destination it names, and whether it is kbundle's (regular,
+// one link, owned by the directory's owner, tempMarkerFor's text).
+func readMarker(fd, dfd int) (dest string, ok bool) {
+	var st, dst unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || unix.Fstat(dfd, &dst) != nil ||
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Uid != dst.Uid ||
+		st.Size < int64(len(tempMarkerText)) || st.Size > int64(maxTempMarker) {
+		return "", false
+	}
+	b := make([]byte, st.Size+1)
+	n, _ := unix.Pread(fd, b, 0)
+	if int64(n) != st.Size {
+		return "", false
+	}
+	return markerDest(b[:n])
 }
 
 func sameInode(fd int, st *unix.Stat_t) bool {

@@ -1,10 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/urfave/cli/v2"
 )
 
@@ -14,37 +23,136 @@ type cleanJSON struct {
 	Missing []string `json:"missing"` // DESTs that did not exist: nothing to do
 	Stale   []string `json:"stale"`   // stale temporaries removed
 	Refused []string `json:"refused"` // DESTs left as they were (the reason is on stderr)
+	// Left are the trees a selection (--job, --older-than, a job still
+	// running) left, and the trees found (--all-mine, or --job and
+	// --older-than without DEST) that clean's rules refused: not an error.
+	Left []string `json:"left"`
 }
 
 func init() {
 	register(&cli.Command{
 		Name:      "clean",
 		Usage:     "remove node-local trees that kbundle installed, and the temporaries killed kbundle runs left",
-		UsageText: "kbundle clean [--stale DIR]... [--json] [-q] [DEST...]",
+		UsageText: "kbundle clean [--job ID] [--older-than D] [--all-mine] [--user U] [--stale DIR]... [--json] [-q] [DEST...]",
 		Description: "Removes each DEST only when kbundle installed it: a directory of yours, not a symlink or a mount point,\n" +
-			"holding " + bundle.InstalledMarker + " (the rule --force follows). Anything else is refused and left as it is.\n" +
-			"A DEST that does not exist is nothing to do. Then, beside each DEST and in each --stale DIR, it removes\n" +
-			"the temporaries of your kbundle runs on this host that were killed before they could clean up.\n" +
+			"holding " + bundle.InstalledMarker + " (the rule --force follows), that no live load is installing now.\n" +
+			"Anything else is refused and left as it is. A DEST that does not exist is nothing to do.\n" +
+			"--all-mine (and --job or --older-than without DEST) also considers every tree of yours named like the\n" +
+			"default DEST ($TMPDIR/kbundle-$USER-*); --job and --older-than then keep those they do not select,\n" +
+			"and --all-mine and --older-than never remove a tree whose job still runs on this node.\n" +
+			"Then, beside each DEST and in each --stale DIR, it removes the temporaries of your kbundle runs on\n" +
+			"this host that were killed before they could clean up.\n" +
 			"It runs once per task: job scripts run it on every node for the DEST their own load printed.",
 		Flags: []cli.Flag{jsonFlag, quietFlag,
-			&cli.StringSliceFlag{Name: "stale", Usage: "also remove, in `DIR`, the temporaries killed kbundle runs of yours left (repeatable)"}},
+			&cli.StringSliceFlag{Name: "stale", Usage: "also remove, in `DIR`, the temporaries killed kbundle runs of yours left (repeatable)"},
+			&cli.StringFlag{Name: "job", Usage: "remove only the tree job `ID` installed (its install record's job)"},
+			&cli.GenericFlag{Name: "older-than", Value: &olderThanValue{}, Usage: "remove only trees installed longer ago than `D` (seconds, or with a unit: 90m, 48h), never one of a job still running on this node"},
+			&cli.BoolFlag{Name: "all-mine", Usage: "consider every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*)"},
+			&cli.StringFlag{Name: "user", Usage: "root only (a Slurm epilog): act for user `U` (a name or uid): remove U's trees by the same rules, with U as the owner"}},
 		Action: cleanAction,
 	})
 }
 
+// olderThanValue is --older-than: seconds, or a duration with its unit
+// (loadcmd.ParseTimeout's syntax).
+type olderThanValue struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *olderThanValue) Set(s string) error {
+	d, err := loadcmd.ParseTimeout(s)
+	if err != nil {
+		return fmt.Errorf("%q: want a number of seconds or a duration such as 90m or 48h", s)
+	}
+	v.d, v.set = d, true
+	return nil
+}
+
+func (v *olderThanValue) String() string {
+	if v == nil || !v.set {
+		return ""
+	}
+	return v.d.String()
+}
+
 func cleanAction(c *cli.Context) error {
 	dests, stale := c.Args().Slice(), c.StringSlice("stale")
-	if len(dests) == 0 && len(stale) == 0 {
-		return cli.Exit("usage: kbundle clean [--stale DIR]... [DEST...] (see kbundle clean --help)", exitUsage)
+	job, allMine := c.String("job"), c.Bool("all-mine")
+	older, _ := c.Generic("older-than").(*olderThanValue)
+	byAge := older != nil && older.set
+	if len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine {
+		return cli.Exit("usage: kbundle clean [--job ID] [--older-than D] [--all-mine] [--stale DIR]... [DEST...] (see kbundle clean --help)", exitUsage)
 	}
-	out := cleanJSON{Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}}
-	for _, d := range dests {
-		removed, err := bundle.RemoveInstalled(d)
+	opt := &bundle.CleanOptions{}
+	name, uid := loadcmd.UserName(), os.Geteuid()
+	if u := c.String("user"); u != "" {
+		if os.Geteuid() != 0 {
+			return cli.Exit("--user "+safe(u)+": only root can remove another user's trees (as a Slurm epilog does)", exitUsage)
+		}
+		var err error
+		if name, uid, err = lookupUser(u); err != nil {
+			return cli.Exit("--user "+safe(u)+": "+err.Error(), exitUsage)
+		}
+		opt.ForUser, opt.UID = true, uid
+	}
+	named := len(dests)
+	if allMine || (named == 0 && (job != "" || byAge)) {
+		found, err := mineTrees(name, uid)
+		if err != nil {
+			warn(c, "cannot list the trees named %s*: %v", safe(minePrefix(name)), err)
+		}
+		for _, f := range found {
+			if !slices.Contains(dests[:named], f) {
+				dests = append(dests, f)
+			}
+		}
+	}
+	var running map[string]bool
+	if byAge || allMine {
+		running = runningJobs(uint32(uid))
+	}
+	now := time.Now()
+	opt.Keep = func(rec *bundle.InstallRecord) string {
+		if job != "" || byAge {
+			if rec == nil {
+				return "it holds no install record this kbundle reads (an older kbundle's marker), so neither its job nor its age is known"
+			}
+		}
+		if job != "" && rec.Job != job {
+			if rec.Job == "" {
+				return "no job is recorded as its installer, not job " + job
+			}
+			return "job " + rec.Job + " installed it, not job " + job
+		}
+		if byAge {
+			t, err := time.Parse(time.RFC3339Nano, rec.Installed)
+			if err != nil {
+				return "its install time " + strconv.Quote(rec.Installed) + " cannot be read"
+			}
+			if age := now.Sub(t); age <= older.d {
+				return fmt.Sprintf("installed %s ago, not longer than %s", elapsed(age), older.d)
+			}
+		}
+		if rec != nil && rec.Job != "" && running[rec.Job] {
+			return "job " + rec.Job + " still runs on this node"
+		}
+		return ""
+	}
+	out := cleanJSON{Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
+	for i, d := range dests {
+		res, err := bundle.Clean(d, opt)
 		switch {
+		case err != nil && i >= named:
+			say(c, "left %s: %v", safe(d), strings.TrimPrefix(err.Error(), d+": destination refused: "))
+			out.Left = append(out.Left, d)
 		case err != nil:
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %v\n", err)
 			out.Refused = append(out.Refused, d)
-		case removed:
+		case res.Kept != "":
+			say(c, "left %s: %s", safe(d), res.Kept)
+			out.Left = append(out.Left, d)
+		case res.Removed:
 			say(c, "removed %s", safe(d))
 			out.Removed = append(out.Removed, d)
 		default:
@@ -54,6 +162,9 @@ func cleanAction(c *cli.Context) error {
 		if abs, err := filepath.Abs(d); err == nil {
 			stale = append(stale, filepath.Dir(abs))
 		}
+	}
+	if len(dests) == 0 && len(stale) == 0 {
+		say(c, "nothing to remove: no tree named %s*", safe(minePrefix(name)))
 	}
 	seen := map[string]bool{}
 	for _, dir := range stale {
@@ -81,5 +192,58 @@ func cleanAction(c *cli.Context) error {
 	case 1:
 		return cli.Exit("", exitError)
 	}
-	return cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), len(dests)), exitError)
+	return cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), named), exitError)
+}
+
+// lookupUser resolves --user: a name or a uid.
+func lookupUser(s string) (name string, uid int, err error) {
+	u, err := user.Lookup(s)
+	if err != nil {
+		if u, err = user.LookupId(s); err != nil {
+			return "", 0, fmt.Errorf("no such user")
+		}
+	}
+	uid, err = strconv.Atoi(u.Uid)
+	if err != nil {
+		return "", 0, fmt.Errorf("uid %q is not a number", u.Uid)
+	}
+	return u.Username, uid, nil
+}
+
+// runningJobs are the job ids of the jobs of uid still running on this
+// node: every value of a loadcmd.JobIDVars variable in the environment of a
+// process of uid (/proc/PID/environ; this very process's included), and
+// "pidN" for each process N of uid (the job id a load without a scheduler
+// records: its rank 0's process id). A process whose environment cannot
+// be read counts by its pid alone.
+func runningJobs(uid uint32) map[string]bool {
+	jobs := map[string]bool{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return jobs
+	}
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join("/proc", e.Name()))
+		if err != nil {
+			continue
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+			continue
+		}
+		jobs["pid"+e.Name()] = true
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			k, v, ok := bytes.Cut(kv, []byte{'='})
+			if ok && len(v) > 0 && slices.Contains(loadcmd.JobIDVars, string(k)) {
+				jobs[string(v)] = true
+			}
+		}
+	}
+	return jobs
 }

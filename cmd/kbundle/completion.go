@@ -86,7 +86,7 @@ func flagValue(f cli.Flag) (valueKind, []string) {
 		return valueDir, nil
 	case "bundle":
 		return valueBundle, nil
-	case "timeout", "exclude":
+	case "timeout", "exclude", "older-than", "job", "user":
 		return valueFree, nil
 	}
 	return valueFile, nil
@@ -97,7 +97,7 @@ func argValue(c *cli.Command) (valueKind, []string) {
 	switch c.Name {
 	case "info", "ls", "verify", "extract":
 		return valueBundle, nil
-	case "clean":
+	case "clean", "status":
 		return valueDir, nil
 	case "completion":
 		return valueWords, shells

@@ -203,6 +203,14 @@ var scriptCmds = map[string]func(ts *testscript.TestScript, neg bool, args []str
 		}
 		var cur any = v
 		for _, k := range strings.Split(args[0], "/") {
+			if l, ok := cur.([]any); ok {
+				i, err := strconv.Atoi(k)
+				if err != nil || i < 0 || i >= len(l) {
+					ts.Fatalf("json %s: no element %s in a list of %d", args[0], k, len(l))
+				}
+				cur = l[i]
+				continue
+			}
 			m, ok := cur.(map[string]any)
 			if !ok {
 				ts.Fatalf("json %s: not an object at %s", args[0], k)

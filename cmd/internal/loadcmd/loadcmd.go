@@ -35,9 +35,9 @@ import (
 	"github.com/kbundle/kbundle/mpi"
 )
 
-// jobIDVars are the scheduler and launcher variables holding a job id,
+// JobIDVars are the scheduler and launcher variables holding a job id,
 // first found first used.
-var jobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
+var JobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
 
 // JobID returns a job id the same on every rank of world, for the
 // default destination: the scheduler's or launcher's, else "pid" and
@@ -51,7 +51,7 @@ func JobID(world broadcast.NodeComm, getenv func(string) string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	for _, k := range jobIDVars {
+	for _, k := range JobIDVars {
 		if v := getenv(k); v != "" {
 			return v, nil
 		}

@@ -21,7 +21,7 @@ func env(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-// TestJobID: the scheduler's id first (in jobIDVars' order), else rank
+// TestJobID: the scheduler's id first (in JobIDVars' order), else rank
 // 0's process id on every rank.
 func TestJobID(t *testing.T) {
 	for _, c := range []struct {

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
+	"github.com/kbundle/kbundle/warmup"
+	"github.com/urfave/cli/v2"
+)
+
+// statusSchema is the version of `kbundle status --json`'s object.
+const statusSchema = 1
+
+// statusJSON is `kbundle status --json`; fields are only ever added.
+type statusJSON struct {
+	SchemaVersion int          `json:"schema_version"`
+	Trees         []statusTree `json:"trees"`
+}
+
+// Tree states in `kbundle status`.
+const (
+	stateInstalled   = "installed"    // a record, read: the fields below are filled
+	stateMissing     = "missing"      // DEST does not exist: nothing installed
+	stateOldMarker   = "old_marker"   // installed by an older kbundle, without a record
+	stateNewerRecord = "newer_record" // a record of a version this kbundle does not read
+	stateNotKbundle  = "not_kbundle"  // not a tree kbundle installed (or not yours)
+	stateUnreadable  = "unreadable"   // the record or the tree could not be read
+)
+
+// statusTree is one DEST in `kbundle status --json`.
+type statusTree struct {
+	Dest  string `json:"dest"`
+	State string `json:"state"`
+	// Reason says why a tree is not "installed" ("" when it is).
+	Reason string `json:"reason,omitempty"`
+	// From the install record (state "installed").
+	RecordedDest  string               `json:"recorded_dest,omitempty"`
+	ContentDigest string               `json:"content_digest,omitempty"`
+	Layers        []bundle.RecordLayer `json:"layers,omitempty"`
+	Installed     string               `json:"installed,omitempty"`
+	Job           string               `json:"job,omitempty"`
+	Host          string               `json:"host,omitempty"`
+	Presets       []string             `json:"presets,omitempty"`
+	Env           []string             `json:"env,omitempty"`
+	Entries       int                  `json:"entries"`
+	Files         int                  `json:"files"`
+	Dirs          int                  `json:"dirs"`
+	Bytes         int64                `json:"bytes"`
+	Tree          *statusChange        `json:"tree,omitempty"`
+}
+
+// statusChange is how the tree differs from its record, counted.
+type statusChange struct {
+	Unchanged bool `json:"unchanged"`
+	New       int  `json:"new"`
+	Changed   int  `json:"changed"`
+	Missing   int  `json:"missing"`
+}
+
+func init() {
+	register(&cli.Command{
+		Name:      "status",
+		Usage:     "show what kbundle installed on this node, and whether it changed since",
+		UsageText: "kbundle status [--json] [DEST...]",
+		Description: "Reads each DEST's install record (" + bundle.InstalledMarker + "): the set and its layers, when and by\n" +
+			"which job it was installed, the presets and their exports, the size, and whether the tree still\n" +
+			"matches what was installed (new, changed and missing entries, counted).\n" +
+			"Without DEST it shows every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*).\n" +
+			"It runs on this node only (under a launcher, run it once per node).\n" +
+			"Exit 0 when it could read what it was asked, nothing installed included; 1 when a DEST is not a\n" +
+			"tree kbundle installed, or its record or tree could not be read.",
+		Flags:  []cli.Flag{jsonFlag},
+		Action: statusAction,
+	})
+}
+
+func statusAction(c *cli.Context) error {
+	dests := c.Args().Slice()
+	scanned := len(dests) == 0
+	if scanned {
+		var err error
+		if dests, err = mineTrees(loadcmd.UserName(), os.Geteuid()); err != nil {
+			return exit(err)
+		}
+	}
+	out := statusJSON{SchemaVersion: statusSchema, Trees: []statusTree{}}
+	bad := 0
+	for _, d := range dests {
+		t := treeStatus(d)
+		if t.State == stateNotKbundle || t.State == stateUnreadable {
+			if scanned && t.State == stateNotKbundle {
+				continue // a directory of yours named so, that kbundle did not install
+			}
+			bad++
+		}
+		out.Trees = append(out.Trees, t)
+	}
+	if c.Bool("json") {
+		if err := writeJSON(c.App.Writer, out); err != nil {
+			return err
+		}
+	} else {
+		for i := range out.Trees {
+			if i > 0 {
+				fmt.Fprintln(c.App.Writer)
+			}
+			printStatus(c.App.Writer, &out.Trees[i])
+		}
+	}
+	if scanned && len(out.Trees) == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: nothing installed: no tree of yours named %s*\n", safe(minePrefix(loadcmd.UserName())))
+	}
+	for _, t := range out.Trees {
+		if t.State == stateNotKbundle || t.State == stateUnreadable {
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s: %s\n", safe(t.Dest), safe(t.Reason))
+		}
+	}
+	if bad > 0 {
+		return cli.Exit("", exitError)
+	}
+	return nil
+}
+
+// treeStatus reads what is installed at dest.
+func treeStatus(dest string) statusTree {
+	t := statusTree{Dest: dest}
+	if abs, err := filepath.Abs(dest); err == nil {
+		dest = abs
+	}
+	fi, err := os.Lstat(dest)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		t.State, t.Reason = stateMissing, "nothing installed (it does not exist)"
+		return t
+	case err != nil:
+		t.State, t.Reason = stateUnreadable, err.Error()
+		return t
+	case fi.Mode()&os.ModeSymlink != 0:
+		t.State, t.Reason = stateNotKbundle, "it is a symlink, which kbundle does not follow; give the directory it points to"
+		return t
+	case !fi.IsDir():
+		t.State, t.Reason = stateNotKbundle, "it is not a directory"
+		return t
+	}
+	rec, err := bundle.ReadInstallRecord(dest)
+	switch {
+	case errors.Is(err, bundle.ErrOldMarker):
+		t.State, t.Reason = stateOldMarker, "installed by an older kbundle, which wrote no record of the tree"
+		return t
+	case errors.Is(err, bundle.ErrNoRecord):
+		var e *bundle.Error
+		t.State, t.Reason = stateNotKbundle, err.Error()
+		if errors.As(err, &e) {
+			t.Reason = "not a tree kbundle installed: " + e.Msg
+		}
+		return t
+	case errors.Is(err, bundle.ErrVersion):
+		t.State, t.Reason = stateNewerRecord, "installed by a newer kbundle: "+err.Error()
+		return t
+	case err != nil:
+		t.State, t.Reason = stateUnreadable, "cannot read its install record: "+err.Error()
+		return t
+	}
+	t.State = stateInstalled
+	if rec.Dest != dest {
+		t.RecordedDest = rec.Dest
+	}
+	t.ContentDigest, t.Layers = rec.ContentDigest, rec.Layers
+	t.Installed, t.Job, t.Host, t.Presets = rec.Installed, rec.Job, rec.Host, rec.Presets
+	for i := range rec.Entries {
+		if rec.Entries[i].Kind == bundle.KindDir {
+			t.Dirs++
+		} else {
+			t.Files++
+			t.Bytes += rec.Entries[i].Size
+		}
+	}
+	t.Entries = t.Files + t.Dirs
+	var presets []*warmup.Preset
+	for _, n := range rec.Presets {
+		if p, err := warmup.Lookup(n); err == nil {
+			presets = append(presets, p)
+		}
+	}
+	if len(presets) == len(rec.Presets) {
+		t.Env, _ = warmup.EnvFor(dest, presets...)
+	}
+	ch, err := bundle.CompareTree(dest, rec)
+	if err != nil {
+		t.State, t.Reason = stateUnreadable, err.Error()
+		return t
+	}
+	t.Tree = &statusChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	return t
+}
+
+// printStatus prints one tree's status for people.
+func printStatus(w io.Writer, t *statusTree) {
+	if t.State != stateInstalled {
+		fmt.Fprintf(w, "%s: %s\n", safe(t.Dest), safe(t.Reason))
+		return
+	}
+	when := t.Installed
+	if t.Job != "" {
+		when += " by job " + t.Job
+	}
+	if t.Host != "" {
+		when += " on " + t.Host
+	}
+	fmt.Fprintf(w, "%s: installed %s\n", safe(t.Dest), safe(when))
+	if t.RecordedDest != "" {
+		fmt.Fprintf(w, "  moved:     installed at %s: the paths relocation wrote name that place\n", safe(t.RecordedDest))
+	}
+	fmt.Fprintf(w, "  set:       %s (content digest; %s)\n", t.ContentDigest, plural(len(t.Layers), "layer", "layers"))
+	for i, l := range t.Layers {
+		fmt.Fprintf(w, "  layer %d:   %s\n", i, safe(l.Path))
+		fmt.Fprintf(w, "             digest %s, content %s, %s\n", l.Digest, l.ContentDigest, plural(l.Entries, "entry", "entries"))
+	}
+	presets := "none"
+	if len(t.Presets) > 0 {
+		presets = strings.Join(t.Presets, ", ")
+	}
+	fmt.Fprintf(w, "  presets:   %s\n", safe(presets))
+	for _, line := range warmup.Exports(t.Env) {
+		fmt.Fprintf(w, "    %s\n", safe(line))
+	}
+	fmt.Fprintf(w, "  size:      %s (%s, %s), %s\n", plural(t.Entries, "entry", "entries"), plural(t.Files, "file", "files"),
+		plural(t.Dirs, "directory", "directories"), human(t.Bytes))
+	if t.Tree.Unchanged {
+		fmt.Fprintf(w, "  tree:      unchanged since install\n")
+	} else {
+		fmt.Fprintf(w, "  tree:      changed since install: %d new, %d changed, %d missing\n", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
+	}
+}
