@@ -201,19 +201,8 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := w.Close(); err != nil {
 		return nil, inFile(err, dir)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return nil, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return nil, err
-	}
-	fi, err := tmp.Stat()
+	fi, err := finishTemp(ctx, tmp)
 	if err != nil {
-		return nil, err
-	}
-	// Last chance to stop: cancelled before the rename, the old bundle
-	// stays and the temporary goes; after it, Pack has succeeded (S8).
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if err := renameTemp(tmp.Name(), out); err != nil {
@@ -231,6 +220,24 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	res.PackedBytes = fi.Size()
 	res.Digest = w.Digest()
 	return res, nil
+}
+
+// finishTemp makes a bundle written to the temporary file tmp ready to
+// be renamed into place: mode 0644, synced; it returns its stat. It is
+// the last chance to stop: cancelled here, the file in place stays and
+// the temporary goes; after the rename the write has succeeded (S8).
+func finishTemp(ctx context.Context, tmp *os.File) (os.FileInfo, error) {
+	if err := tmp.Chmod(0o644); err != nil {
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, err
+	}
+	fi, err := tmp.Stat()
+	if err != nil {
+		return nil, err
+	}
+	return fi, ctx.Err()
 }
 
 // tempPrefix starts the names of the temporaries in out's directory

@@ -307,17 +307,7 @@ func ReadInstallRecord(dest string) (*InstallRecord, error) {
 	if msg := markerProblem(fd, &st); msg != "" {
 		return nil, &Error{File: dest, Err: ErrNoRecord, Msg: strings.TrimSuffix(msg, forceKeeps)}
 	}
-	mfd, err := unix.Openat(fd, InstalledMarker, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, &Error{File: dest, Err: ErrNoRecord, Msg: err.Error()}
-	}
-	f := os.NewFile(uintptr(mfd), filepath.Join(dest, InstalledMarker))
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxRecordLen+1))
-	if err != nil {
-		return nil, err
-	}
-	return ParseInstallRecord(b)
+	return readRecordAt(fd, dest)
 }
 
 // ParseInstallRecord parses and checks an install record's bytes

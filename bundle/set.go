@@ -250,17 +250,8 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return nil, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return nil, err
-	}
-	fi, err := tmp.Stat()
+	fi, err := finishTemp(ctx, tmp)
 	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	content := ContentDigestOf(sortedEntries(w))
@@ -456,13 +447,7 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return nil, err
-	}
-	if err := tmp.Sync(); err != nil {
-		return nil, err
-	}
-	fi, err := tmp.Stat()
+	fi, err := finishTemp(ctx, tmp)
 	if err != nil {
 		return nil, err
 	}
