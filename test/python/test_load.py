@@ -163,7 +163,7 @@ def test_warmed_on_another_machine() -> None:
     assert len(warned) == (1 if RANK == 0 else 0)
     if RANK == 0:
         text = str(warned[0].message)
-        assert "a node differs from the machine the cache was warmed on (here: host.cpu_model: warmed on" in text
+        assert "a node differs from the machine the cache was warmed on (rank 0's node: host.cpu_model: warmed on" in text
 
 
 def test_defaults_from_environment() -> None:
@@ -221,6 +221,15 @@ def test_default_destination_taken() -> None:
 def test_destination_exists() -> None:
     dest = dest_for("twice")
     assert load_bundle(COMM, bundle=BUNDLE, dest=dest).ok
+    # The same set again: a no-op success, nothing rewritten (issue 18).
+    again = load_bundle(COMM, bundle=BUNDLE, dest=dest)
+    assert again.ok and again.already_installed_nodes == again.nodes
+    same_on_all((again.ok, again.already_installed_nodes, again.content_digest))
+    # The job compiled more there since: refused, the same on every rank.
+    if again.leader:
+        with open(os.path.join(again.dest, "new.bin"), "wb") as f:
+            f.write(b"compiled")
+    COMM.Barrier()
     res, warned = collect(lambda: load_bundle(COMM, bundle=BUNDLE, dest=dest))
     assert not res and res.kind == "failed"
     assert "nothing was installed on any node" in res.reason and "force=True" in res.hint
