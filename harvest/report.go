@@ -26,7 +26,11 @@ func Report(s *Summary) []string {
 		case n.Error != "":
 			text = "not harvested: " + n.Error
 		default:
-			text = fmt.Sprintf("compiled %d entries (%s) the bundle lacked", n.Entries, size(n.Bytes))
+			what := "entries"
+			if n.Entries == 1 {
+				what = "entry"
+			}
+			text = fmt.Sprintf("compiled %d %s (%s) the bundle lacked", n.Entries, what, size(n.Bytes))
 			if n.Elsewhere > 0 {
 				text += fmt.Sprintf("; %d also on other nodes", n.Elsewhere)
 			}

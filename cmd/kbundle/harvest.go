@@ -41,6 +41,8 @@ func init() {
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested; move and write nothing"},
 			quietFlag,
+			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
+				Usage: "end the harvest (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m)"},
 		},
 		Action: harvestAction,
 	})
@@ -66,6 +68,9 @@ func harvestAction(c *cli.Context) (err error) {
 	if err != nil {
 		return l.fail(err.Error(), exitUsage)
 	}
+	if err := l.mismatch(det, 0); err != nil {
+		return err
+	}
 	var world broadcast.NodeComm = broadcast.Self()
 	usingMPI := mpi.Enabled && (det.MPI || derr != nil)
 	if usingMPI {
@@ -78,7 +83,16 @@ func harvestAction(c *cli.Context) (err error) {
 			}
 		}()
 		w := mpi.World()
+		if err := l.mismatch(det, w.Size()); err != nil {
+			return err
+		}
 		l.rank, l.speaker = w.Rank(), w.Rank() == 0
+		host, _ := os.Hostname()
+		// The same guard as load's, armed before the first collective.
+		defer loadcmd.GuardFor("harvest", "a node or link may be down", timeout(c), w.Rank(), host, func(msg string) {
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", msg)
+			mpi.Abort(exitError)
+		})()
 		world = broadcast.FromMPI(w)
 	} else if det.MPI && det.Size > 1 {
 		return l.fail("this kbundle was built without MPI: harvest needs one (build with `CC=mpicc go build -tags mpi ./cmd/kbundle`)", exitUsage)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/detect"
@@ -34,5 +35,9 @@ func (l *loader) mismatch(det detect.Result, comm int) error {
 	if !l.speaker {
 		time.Sleep(refuseDelay)
 	}
-	return l.fail(err.Error(), exitUsage)
+	msg := err.Error()
+	if l.c.Command.Names()[0] != "load" {
+		msg = strings.TrimSuffix(msg, detect.PerTaskHint) // only load has --per-task
+	}
+	return l.fail(msg, exitUsage)
 }

@@ -15,16 +15,22 @@ import (
 // collective can be abandoned half-way. d <= 0: no guard. Both front ends
 // arm it, rank being this process's rank and host its name.
 func Guard(f Front, d time.Duration, rank int, host string, abort func(msg string)) (stop func()) {
-	if d <= 0 {
-		return func() {}
-	}
 	why := "a node or link may be down"
 	if f == Python {
 		why += ", or a rank did not call it"
 	}
+	return GuardFor(f.name(), why, d, rank, host, abort)
+}
+
+// GuardFor is Guard for the collective named what (harvest), why saying
+// what may have happened.
+func GuardFor(what, why string, d time.Duration, rank int, host string, abort func(msg string)) (stop func()) {
+	if d <= 0 {
+		return func() {}
+	}
 	t := time.AfterFunc(d, func() {
 		bundle.RemoveTemps()
-		abort(fmt.Sprintf("rank %d (%s): %s did not finish within %s (%s); aborting the job", rank, host, f.name(), d, why))
+		abort(fmt.Sprintf("rank %d (%s): %s did not finish within %s (%s); aborting the job", rank, host, what, d, why))
 	})
 	return func() { t.Stop() }
 }
