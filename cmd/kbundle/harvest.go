@@ -74,25 +74,12 @@ func harvestAction(c *cli.Context) (err error) {
 	var world broadcast.NodeComm = broadcast.Self()
 	usingMPI := mpi.Enabled && (det.MPI || derr != nil)
 	if usingMPI {
-		if err := mpi.Init(); err != nil {
-			return cli.Exit(err.Error(), exitError)
+		// As load joins MPI: the same refusal and guard.
+		w, done, jerr := l.joinMPI(det, "harvest", timeout(c))
+		if jerr != nil {
+			return jerr
 		}
-		defer func() {
-			if ferr := mpi.Finalize(); ferr != nil && err == nil {
-				err = l.fail(ferr.Error(), exitError)
-			}
-		}()
-		w := mpi.World()
-		if err := l.mismatch(det, w.Size()); err != nil {
-			return err
-		}
-		l.rank, l.speaker = w.Rank(), w.Rank() == 0
-		host, _ := os.Hostname()
-		// The same guard as load's, armed before the first collective.
-		defer loadcmd.GuardFor("harvest", "a node or link may be down", timeout(c), w.Rank(), host, func(msg string) {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", msg)
-			mpi.Abort(exitError)
-		})()
+		defer done(&err) // err: harvestAction's result
 		world = broadcast.FromMPI(w)
 	} else if det.MPI && det.Size > 1 {
 		return l.fail("this kbundle was built without MPI: harvest needs one (build with `CC=mpicc go build -tags mpi ./cmd/kbundle`)", exitUsage)

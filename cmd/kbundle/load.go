@@ -189,27 +189,41 @@ func loadAction(c *cli.Context) error {
 	return l.run(broadcast.Self(), opts, false, det.MPI)
 }
 
-// withMPI initialises MPI, loads over the world, and finalises. The
-// timeout's guard is armed before the first collective.
-func (l *loader) withMPI(det detect.Result, opts loadcmd.Options) (err error) {
+// joinMPI initialises MPI for the collective command what (load,
+// harvest), refuses a build that cannot join the launcher's job, makes
+// rank 0 the speaker and arms the timeout guard d before the first
+// collective. done stops the guard and finalises MPI, keeping the first
+// error in *err; after an error nothing is left to do.
+func (l *loader) joinMPI(det detect.Result, what string, d time.Duration) (w *mpi.Comm, done func(err *error), err error) {
 	if err := mpi.Init(); err != nil {
-		return cli.Exit(err.Error(), exitError)
+		return nil, nil, cli.Exit(err.Error(), exitError)
 	}
-	defer func() {
-		if ferr := mpi.Finalize(); ferr != nil && err == nil {
-			err = l.fail(ferr.Error(), exitError)
+	finalize := func(err *error) {
+		if ferr := mpi.Finalize(); ferr != nil && *err == nil {
+			*err = l.fail(ferr.Error(), exitError)
 		}
-	}()
-	w := mpi.World()
+	}
+	w = mpi.World()
 	if err := l.mismatch(det, w.Size()); err != nil {
-		return err
+		finalize(&err)
+		return nil, nil, err
 	}
 	l.rank, l.speaker = w.Rank(), w.Rank() == 0
 	host, _ := os.Hostname()
-	defer loadcmd.Guard(loadcmd.CLI, opts.Timeout, w.Rank(), host, func(msg string) {
+	stop := loadcmd.GuardFor(what, "a node or link may be down", d, w.Rank(), host, func(msg string) {
 		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: %s\n", msg)
 		mpi.Abort(exitError)
-	})()
+	})
+	return w, func(err *error) { stop(); finalize(err) }, nil
+}
+
+// withMPI initialises MPI, loads over the world, and finalises.
+func (l *loader) withMPI(det detect.Result, opts loadcmd.Options) (err error) {
+	w, done, err := l.joinMPI(det, "load", opts.Timeout)
+	if err != nil {
+		return err
+	}
+	defer done(&err)
 	if det.Size != detect.Unknown || det.MPI {
 		if msg := detect.CheckComm(det, w.Rank(), w.Size()); msg != "" {
 			l.say("warning: " + msg)
