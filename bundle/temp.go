@@ -393,7 +393,13 @@ const removeTempsWait = 2 * time.Second
 // removeTempsWait for their workers, and from then on Stage, Install and
 // Pack fail with ErrExiting, so that after it DEST is either what it was
 // or the whole new tree, and no temporary is left (S7).
-func RemoveTemps() []string {
+func RemoveTemps() []string { return RemoveTempsWithin(removeTempsWait) }
+
+// RemoveTempsWithin is RemoveTemps waiting at most wait for the
+// extractions' workers: for a caller whose extractions were cancelled
+// long before (a signal's grace has passed), so that the process ends
+// before a batch system's kill (Slurm's KillWait) comes.
+func RemoveTempsWithin(wait time.Duration) []string {
 	tempsMu.Lock()
 	defer tempsMu.Unlock()
 	closing = true
@@ -402,7 +408,7 @@ func RemoveTemps() []string {
 			e.cancel()
 		}
 	}
-	t := time.NewTimer(removeTempsWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	late := false
 	for _, e := range temps {

@@ -34,8 +34,12 @@ import (
 	"github.com/kbundle/kbundle/warmup"
 )
 
-// signalGrace is how long a command has to stop by itself after a signal.
-const signalGrace = 3 * time.Second
+// signalGrace is how long a command has to stop by itself after a signal;
+// signalLastWait how long its extraction workers then still get.
+const (
+	signalGrace    = 3 * time.Second
+	signalLastWait = 500 * time.Millisecond
+)
 
 // Exit codes, documented in docs/usage.md and in --help.
 const (
@@ -168,7 +172,10 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 		got.Store(int32(n))
 		stop(interrupted{sig.(syscall.Signal)})
 		time.Sleep(signalGrace)
-		bundle.RemoveTemps()
+		// The extractions were cancelled signalGrace ago: a short last
+		// wait, so that grace and clean-up end within a batch system's
+		// kill wait (Slurm's KillWait, often 5 s; TestScancel).
+		bundle.RemoveTempsWithin(signalLastWait)
 		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
 		os.Exit(128 + n)
 	}()
