@@ -286,7 +286,7 @@ func TestReservedMarkerName(t *testing.T) {
 	if err := os.WriteFile(planted, []byte("planted"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := (&Staged{tmp: dir, r: r}).writeRecord(); err == nil {
+	if err := (&Staged{tmp: dir, layers: []stagedLayer{{r: r}}}).writeRecord(); err == nil {
 		t.Errorf("writeRecord over an existing %s succeeded", InstalledMarker)
 	}
 	if b, _ := os.ReadFile(planted); string(b) != "planted" {

@@ -39,6 +39,15 @@ type ExtractOptions struct {
 	// Record is what the install record says besides the tree: the job,
 	// the host, the presets (docs/FORMAT.md, "Install record").
 	Record RecordInfo
+	// Layers, when set, gives the further bundles of the set whose base
+	// is being staged, in order, each with its path for the record, and
+	// nil after the last: each is extracted over the staged tree, a later
+	// layer winning by name and, with Unit, per cache unit (OpenedSet's
+	// Merged view, docs/FORMAT.md "Sets"). Stage only.
+	Layers func() (*Reader, string, error)
+	// Unit is the cache unit of a name for Layers (CacheUnit; nil: each
+	// name its own).
+	Unit func(name string) string
 }
 
 // ExtractResult says what Extract did.
@@ -82,7 +91,8 @@ type Staged struct {
 	installed    bool
 	done         bool
 	res          *ExtractResult
-	r            *Reader
+	layers       []stagedLayer // the set's bundles, base first
+	view         []SetEntry    // the merged view staged, by name
 	info         RecordInfo
 	rec          *InstallRecord // the record written into tmp
 	touched      bool           // Dir was handed out: the record is written again at Install
@@ -112,7 +122,8 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 			return nil, err
 		}
 	}
-	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace, r: r, info: opt.Record}
+	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace, info: opt.Record,
+		layers: []stagedLayer{{r: r, path: opt.Record.Bundle}}}
 	s.created = missingAncestor(s.parent)
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create %s: %w", s.parent, err)
@@ -147,7 +158,10 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 			dropTemp(s.tmp)
 		}
 	}()
-	s.res, err = r.extractInto(ctx, s.tmp, opt)
+	s.res, err = r.extractInto(ctx, s.tmp, opt, false)
+	if err == nil {
+		err = s.stageLayers(ctx, opt)
+	}
 	done() // RemoveTemps waits for this: no worker writes into s.tmp any more
 	if err != nil {
 		return nil, err
@@ -588,7 +602,7 @@ func syncDir(dir string) error {
 	return nil
 }
 
-func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOptions) (*ExtractResult, error) {
+func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOptions, over bool) (*ExtractResult, error) {
 	root, err := os.OpenRoot(tmp)
 	if err != nil {
 		return nil, err
@@ -603,7 +617,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 		e := &r.ix.entries[i]
 		switch {
 		case e.Dir:
-			if err := root.Mkdir(e.Name, 0o700); err != nil {
+			if err := root.Mkdir(e.Name, 0o700); err != nil && !(over && errors.Is(err, fs.ErrExist) && isDirIn(root, e.Name)) {
 				return nil, wrap(e, err)
 			}
 			res.Dirs++

@@ -167,44 +167,57 @@ type RecordInfo struct {
 // had before (prev, else the index's) unless its size or mtime changed
 // since (relocation rewrote it), when it is read again.
 func (s *Staged) buildRecord(root *os.Root, prev *InstallRecord) (*InstallRecord, error) {
-	r := s.r
-	layer := s.info.Bundle
-	if layer == "" {
-		layer = r.name
-	}
-	if layer != "" {
-		if abs, err := filepath.Abs(layer); err == nil {
-			layer = abs
+	base := s.layers[0].r
+	view := s.view
+	if view == nil { // Stage failed before the merged view was made
+		for _, e := range base.ix.entries {
+			view = append(view, SetEntry{Entry: e})
 		}
 	}
-	cd := FormatDigest(r.ContentDigest())
-	rec := &InstallRecord{Version: RecordVersion, Dest: s.dest, Origin: r.ix.meta[MetaOrigin],
+	es := make([]Entry, len(view))
+	for i := range view {
+		es[i] = view[i].Entry
+	}
+	rec := &InstallRecord{Version: RecordVersion, Dest: s.dest, Origin: base.ix.meta[MetaOrigin],
 		Installed: time.Now().UTC().Format(time.RFC3339Nano), Job: s.info.Job, Host: s.info.Host,
-		Presets: append([]string{}, s.info.Presets...), ContentDigest: cd,
-		Layers:  []RecordLayer{{Path: layer, Digest: FormatDigest(r.FileDigest()), ContentDigest: cd, Entries: len(r.ix.entries)}},
-		Entries: make([]RecordEntry, len(r.ix.entries))}
-	for i := range r.ix.entries {
-		e := &r.ix.entries[i]
+		Presets: append([]string{}, s.info.Presets...), ContentDigest: FormatDigest(ContentDigestOf(es)),
+		Entries: make([]RecordEntry, len(view))}
+	for _, l := range s.layers {
+		p := l.path
+		if p == "" {
+			p = l.r.name
+		}
+		if abs, err := filepath.Abs(p); p != "" && err == nil {
+			p = abs
+		}
+		rec.Layers = append(rec.Layers, RecordLayer{Path: p, Digest: FormatDigest(l.r.FileDigest()),
+			ContentDigest: FormatDigest(l.r.ContentDigest()), Entries: len(l.r.ix.entries)})
+	}
+	before := map[string]*RecordEntry{}
+	if prev != nil {
+		for i := range prev.Entries {
+			before[prev.Entries[i].Name] = &prev.Entries[i]
+		}
+	}
+	for i := range view {
+		e := &view[i].Entry
 		fi, err := root.Lstat(e.Name)
 		if err != nil {
 			return nil, fmt.Errorf("cannot record %s: %w", e.Name, err)
 		}
 		mt := fi.ModTime()
-		re := RecordEntry{Name: e.Name, Kind: KindFile, Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), Sec: mt.Unix(), Nsec: int64(mt.Nanosecond())}
+		re := RecordEntry{Name: e.Name, Kind: KindFile, Mode: uint32(fi.Mode().Perm()), Size: fi.Size(), Sec: mt.Unix(), Nsec: int64(mt.Nanosecond()), Layer: view[i].Layer}
+		p := before[e.Name]
 		switch {
 		case e.Dir:
 			re.Kind, re.Size = KindDir, 0
 		case !fi.Mode().IsRegular():
 			return nil, fmt.Errorf("cannot record %s: no longer a regular file", e.Name)
+		case p != nil && p.Size == re.Size && p.Sec == re.Sec && p.Nsec == re.Nsec:
+			re.Dig, re.Packed = p.Dig, p.Packed // unchanged since the last record
+		case p == nil && e.Size == re.Size:
+			re.Dig = FormatDigest(e.Digest) // as extracted: checked as it was written
 		default:
-			if p := prevEntry(prev, i); p != nil && p.Size == re.Size && p.Sec == re.Sec && p.Nsec == re.Nsec {
-				re.Dig, re.Packed = p.Dig, p.Packed // unchanged since the last record
-				break
-			}
-			if prev == nil && e.Size == re.Size {
-				re.Dig = FormatDigest(e.Digest) // as extracted: checked as it was written
-				break
-			}
 			d, err := hashAt(root, e.Name)
 			if err != nil {
 				return nil, fmt.Errorf("cannot record %s: %w", e.Name, err)
@@ -217,14 +230,6 @@ func (s *Staged) buildRecord(root *os.Root, prev *InstallRecord) (*InstallRecord
 		rec.Entries[i] = re
 	}
 	return rec, nil
-}
-
-// prevEntry is entry i of prev, or nil.
-func prevEntry(prev *InstallRecord, i int) *RecordEntry {
-	if prev == nil || i >= len(prev.Entries) {
-		return nil
-	}
-	return &prev.Entries[i]
 }
 
 // hashAt is the digest of the regular file name in root.

@@ -94,7 +94,9 @@ func (s *OpenedSet) HasDeltas() bool { return len(s.Read) > 1 }
 // that a merge renaming a new base over it changes nothing for this
 // reader), then the layers above the base's MetaSetFolded. Each bundle
 // is opened with opt (Trusted: each passes the trust rules). A missing
-// base with no layers matches ErrNoSet. A layer removed between the
+// set (no base, no layer directory) is the base's fs.ErrNotExist error,
+// as for a single bundle; a layer directory without base or layer
+// matches ErrNoSet. A layer removed between the
 // listing and its open (a merge past its grace) makes OpenSet list again,
 // once.
 func OpenSet(path string, opt *OpenOptions) (*OpenedSet, error) {
@@ -112,6 +114,7 @@ func openSet(path string, opt *OpenOptions) (*OpenedSet, error) {
 	s := &OpenedSet{Path: path}
 	folded := 0
 	base, err := Open(path, opt)
+	baseErr := err
 	switch {
 	case err == nil:
 		s.Layers = append(s.Layers, SetLayer{Path: path})
@@ -147,6 +150,9 @@ func openSet(path string, opt *OpenOptions) (*OpenedSet, error) {
 		s.Read = append(s.Read, r)
 	}
 	if len(s.Read) == 0 {
+		if _, lerr := os.Lstat(LayerDir(path)); errors.Is(lerr, fs.ErrNotExist) {
+			return nil, baseErr // a missing file, said as for any bundle
+		}
 		return nil, &Error{File: path, Err: ErrNoSet, Msg: "neither a bundle nor a layer exists"}
 	}
 	return s, nil
@@ -164,27 +170,46 @@ type SetEntry struct {
 // none) drops every file of that unit that earlier layers hold, so that
 // a unit always comes whole from one layer.
 func (s *OpenedSet) Merged(unit func(name string) string) []SetEntry {
-	byName := map[string]SetEntry{}
+	view := map[string]SetEntry{}
 	for li, r := range s.Read {
-		if unit != nil && li > 0 {
-			units := map[string]bool{}
-			for _, e := range r.Entries() {
-				if u := unit(e.Name); u != "" && !e.Dir {
-					units[u] = true
-				}
-			}
-			for n, se := range byName {
-				if !se.Dir && units[unit(n)] {
-					delete(byName, n)
-				}
+		overlay(view, li, r.Entries(), unit)
+	}
+	return sortedView(view)
+}
+
+// overlay puts layer li's entries over view by Merged's rule and returns
+// the names of the files of earlier layers it displaced (by name or by
+// cache unit), sorted.
+func overlay(view map[string]SetEntry, li int, entries []Entry, unit func(string) string) []string {
+	var gone []string
+	if unit != nil && len(view) > 0 {
+		units := map[string]bool{}
+		for _, e := range entries {
+			if u := unit(e.Name); u != "" && !e.Dir {
+				units[u] = true
 			}
 		}
-		for _, e := range r.Entries() {
-			byName[e.Name] = SetEntry{Entry: e, Layer: li}
+		for n, se := range view {
+			if !se.Dir && units[unit(n)] {
+				delete(view, n)
+				gone = append(gone, n)
+			}
 		}
 	}
-	out := make([]SetEntry, 0, len(byName))
-	for _, e := range byName {
+	for _, e := range entries {
+		if se, ok := view[e.Name]; ok && !se.Dir {
+			gone = append(gone, e.Name)
+		}
+		view[e.Name] = SetEntry{Entry: e, Layer: li}
+	}
+	slices.Sort(gone)
+	return slices.Compact(gone)
+}
+
+// sortedView is view's entries sorted by name.
+func sortedView(view map[string]SetEntry) []SetEntry {
+	out := make([]SetEntry, 0, len(view))
+	for _, e := range view {
 		out = append(out, e)
 	}
 	slices.SortFunc(out, func(a, b SetEntry) int { return strings.Compare(a.Name, b.Name) })
@@ -491,4 +516,20 @@ func removeFolded(path string, folded int) []string {
 		}
 	}
 	return out
+}
+
+// StageOptions are opt with the set's layers above its base fed to
+// Stage (ExtractOptions.Layers) and Unit set to CacheUnit: base Stage on
+// s.Read[0] with them to extract the merged view.
+func (s *OpenedSet) StageOptions(opt ExtractOptions) *ExtractOptions {
+	i := 1
+	opt.Unit = CacheUnit
+	opt.Layers = func() (*Reader, string, error) {
+		if i >= len(s.Read) {
+			return nil, "", nil
+		}
+		i++
+		return s.Read[i-1].Reader, s.Layers[i-1].Path, nil
+	}
+	return &opt
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,8 +51,14 @@ func setContent(t *testing.T, s *OpenedSet, unit func(string) string) map[string
 
 func TestSetLayersAndMerge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cache.kbundle")
+	if _, err := OpenSet(path, nil); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing set: %v, want fs.ErrNotExist", err)
+	}
+	if err := os.Mkdir(LayerDir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := OpenSet(path, nil); !errors.Is(err, ErrNoSet) {
-		t.Fatalf("missing set: %v, want ErrNoSet", err)
+		t.Fatalf("empty layer directory, no base: %v, want ErrNoSet", err)
 	}
 	if p := writeLayer(t, path, map[string]string{"a/f.nbi": "i1", "a/f.1.nbc": "c1", "b": "b1"}); !p.Base || p.Path != path {
 		t.Fatalf("first layer: %+v, want the base", p)

@@ -320,7 +320,7 @@ func outcome(sum *Summary, err error) []byte {
 // pendingLayers is how many layers the set has above its base's fold.
 func pendingLayers(set string) (int, error) {
 	s, err := bundle.OpenSet(set, nil)
-	if errors.Is(err, bundle.ErrNoSet) {
+	if errors.Is(err, bundle.ErrNoSet) || errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
@@ -345,7 +345,7 @@ func setDigests(set string, trust *bundle.TrustPolicy) map[string]string {
 	}
 	defer s.Close()
 	m := map[string]string{}
-	for _, e := range s.Merged(Unit) {
+	for _, e := range s.Merged(bundle.CacheUnit) {
 		if !e.Dir {
 			m[e.Name] = bundle.FormatDigest(e.Digest)
 		}
@@ -363,7 +363,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	seen := map[string]int{}  // name+digest → how many nodes hold it
 	for r, l := range lists {
 		for _, f := range l.Files {
-			if u := Unit(f.Name); !has(owner, u) {
+			if u := bundle.CacheUnit(f.Name); !has(owner, u) {
 				owner[u] = r
 			}
 			seen[f.Name+"\x00"+f.Dig]++
@@ -375,7 +375,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	for u, r := range owner {
 		held[u] = len(have) > 0
 		for _, f := range lists[r].Files {
-			if Unit(f.Name) == u && have[f.Name] != f.Dig {
+			if bundle.CacheUnit(f.Name) == u && have[f.Name] != f.Dig {
 				held[u] = false
 			}
 		}
@@ -384,7 +384,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing}
 		for i, f := range l.Files {
-			u := Unit(f.Name)
+			u := bundle.CacheUnit(f.Name)
 			if held[u] {
 				continue
 			}
@@ -410,49 +410,6 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 }
 
 func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }
-
-// Unit is the cache unit of a file name: a Numba index and its data files
-// (dir/stem.nbi, dir/stem.N.nbc) are one unit, and so is each Triton hash
-// directory (…/triton/…/<hash>/…); any other file is a unit of its own.
-func Unit(name string) string {
-	parts := strings.Split(name, "/")
-	for i := 0; i < len(parts)-1; i++ {
-		if parts[i] == "triton" {
-			for j := i + 1; j < len(parts)-1; j++ {
-				if tritonHash(parts[j]) {
-					return strings.Join(parts[:j+1], "/") + "/"
-				}
-			}
-		}
-	}
-	base := path.Base(name)
-	switch {
-	case strings.HasSuffix(base, ".nbi"):
-		return strings.TrimSuffix(name, ".nbi") + ".nb*"
-	case strings.HasSuffix(base, ".nbc"):
-		s := strings.TrimSuffix(name, ".nbc")
-		if k := strings.LastIndexByte(s, '.'); k > len(s)-len(base) {
-			if _, err := strconv.Atoi(s[k+1:]); err == nil {
-				return s[:k] + ".nb*"
-			}
-		}
-	}
-	return name
-}
-
-// tritonHash reports whether s looks like a Triton cache key (base32 of
-// SHA-256, or hex: 32 characters or more of letters and digits).
-func tritonHash(s string) bool {
-	if len(s) < 32 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
-}
 
 // scan compares dest with its install record: the new and changed files,
 // and what it skipped.
@@ -527,7 +484,7 @@ func scan(dest string) *list {
 		e := want[name]
 		if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
 			// Unchanged since install (a relocated one too).
-			if dig := cmpOr(e.Packed, e.Dig); Unit(name) != name {
+			if dig := cmpOr(e.Packed, e.Dig); bundle.CacheUnit(name) != name {
 				same = append(same, File{Name: name, Size: -1, Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), Dig: dig, Kept: true})
 			}
 			return nil
@@ -540,7 +497,7 @@ func scan(dest string) *list {
 		}
 		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
 		if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
-			if Unit(name) != name {
+			if bundle.CacheUnit(name) != name {
 				f.Kept = true
 				same = append(same, f)
 			}
@@ -555,10 +512,10 @@ func scan(dest string) *list {
 	// A unit goes whole: its unchanged files join a changed unit.
 	changed := map[string]bool{}
 	for _, f := range l.Files {
-		changed[Unit(f.Name)] = true
+		changed[bundle.CacheUnit(f.Name)] = true
 	}
 	for _, f := range same {
-		if !changed[Unit(f.Name)] {
+		if !changed[bundle.CacheUnit(f.Name)] {
 			continue
 		}
 		if f.Size < 0 { // not read yet

@@ -223,21 +223,6 @@ func TestFirstHarvestAndSkips(t *testing.T) {
 	}
 }
 
-func TestUnit(t *testing.T) {
-	h := strings.Repeat("C", 52)
-	for name, want := range map[string]string{
-		"numba/m/f-1.py312.nbi":           "numba/m/f-1.py312.nb*",
-		"numba/m/f-1.py312.12.nbc":        "numba/m/f-1.py312.nb*",
-		"triton/" + h + "/k.cubin":        "triton/" + h + "/",
-		"inductor/triton/0/" + h + "/x.a": "inductor/triton/0/" + h + "/",
-		"jax/abc":                         "jax/abc",
-	} {
-		if got := Unit(name); got != want {
-			t.Errorf("Unit(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
-
 // A unit that changed goes whole, its unchanged files too; harvesting the
 // same DEST again (no load in between) writes nothing.
 func TestUnitWholeAndNoRepeat(t *testing.T) {

@@ -30,9 +30,14 @@ func absPath(p string) string {
 }
 
 // setInfoLen is the size of the one broadcast in which rank 0 tells the
-// leaders what set it loads: a flag, the content digest, the presets and
-// the bundle's path, each length-prefixed.
-const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096
+// leaders what set it loads: a flag, the content digest, the presets, the
+// bundle's path and the names of its layers above the base, each
+// length-prefixed.
+const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096 + 2 + maxLayerList
+
+// maxLayerList bounds the layer names rank 0 shares: bundle.MaxLayers
+// names of 30 bytes and their commas.
+const maxLayerList = bundle.MaxLayers * 31
 
 // setInfo is what rank 0 read from the bundle's header and index.
 type setInfo struct {
@@ -40,6 +45,7 @@ type setInfo struct {
 	content bundle.Digest
 	presets string // comma-separated names
 	path    string // absolute ("" when too long to send)
+	layers  string // comma-separated names in bundle.LayerDir(path), in order
 }
 
 func (s *setInfo) encode() []byte {
@@ -61,6 +67,12 @@ func (s *setInfo) encode() []byte {
 	b = append(b, p...)
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(f)))
 	b = append(b, f...)
+	ls := s.layers
+	if len(ls) > maxLayerList {
+		ls = "" // cannot be: OpenSet refuses more layers
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(ls)))
+	b = append(b, ls...)
 	return b[:setInfoLen]
 }
 
@@ -78,6 +90,10 @@ func decodeSetInfo(b []byte) *setInfo {
 		return &setInfo{}
 	}
 	s.path = string(r[2 : 2+m])
+	r = r[2+m:]
+	if k := int(binary.LittleEndian.Uint16(r)); k <= maxLayerList && k <= len(r)-2 {
+		s.layers = string(r[2 : 2+k])
+	}
 	return s
 }
 
@@ -88,15 +104,20 @@ func decodeSetInfo(b []byte) *setInfo {
 // this node keeps its Dest as it is. refuse: this node's Dest holds a tree
 // kbundle installed that changed since, which only --force replaces. A
 // returned error matching broadcast.ErrComm is local.
-func (l *leader) checkHeld(group broadcast.Comm, rc *bundle.ReadCloser) (held bool, refuse, err error) {
+func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bool, refuse, err error) {
 	buf := make([]byte, setInfoLen)
 	if group.Rank() == 0 {
 		si := &setInfo{path: l.bundlePath}
-		if rc != nil {
-			if ps, perr := l.choosePresets(rc.Meta()); perr == nil {
-				si.ok, si.content, si.presets = true, rc.ContentDigest(), warmup.PresetNames(ps)
+		if set != nil {
+			if ps, perr := l.choosePresets(set.Read[0].Meta()); perr == nil {
+				si.ok, si.content, si.presets = true, set.ContentDigest(bundle.CacheUnit), warmup.PresetNames(ps)
 				l.presets = ps
 			}
+			var names []string
+			for _, ly := range set.Layers[1:] {
+				names = append(names, filepath.Base(ly.Path))
+			}
+			si.layers = strings.Join(names, ",")
 		}
 		buf = si.encode()
 	}
@@ -109,6 +130,12 @@ func (l *leader) checkHeld(group broadcast.Comm, rc *bundle.ReadCloser) (held bo
 	}
 	if !si.ok {
 		return false, nil, nil // rank 0's failure is announced by the stream
+	}
+	l.layerPaths = nil
+	if si.layers != "" {
+		for _, n := range strings.Split(si.layers, ",") {
+			l.layerPaths = append(l.layerPaths, filepath.Join(bundle.LayerDir(si.path), n))
+		}
 	}
 	l.content = si.content
 	l.sum.ContentDigest = bundle.FormatDigest(si.content)
@@ -136,7 +163,7 @@ func holds(dest string, want bundle.Digest, presets string, force bool) (bool, e
 		}
 		return false, &bundle.Error{File: dest, Err: bundle.ErrExist, Msg: fmt.Sprintf(
 			"kbundle installed it (content digest %s) and its tree changed since (%s entries: the job compiled more); "+
-				"`kbundle harvest` will keep those entries (not built yet); --force replaces it and loses them", rec.ContentDigest, ch)}
+				"run `kbundle harvest` first to keep those entries in the set; --force replaces it and loses them", rec.ContentDigest, ch)}
 	}
 	return rec.ContentDigest == bundle.FormatDigest(want) && strings.Join(rec.Presets, ",") == presets, nil
 }

@@ -259,6 +259,7 @@ type leader struct {
 	stats       broadcast.Stats
 	extract     time.Duration
 	bundlePath  string        // rank 0's bundle, absolute, for the install record
+	layerPaths  []string      // the set's layers above its base, in order
 	content     bundle.Digest // the set's content digest, from rank 0
 }
 
@@ -290,28 +291,51 @@ type nodeError struct {
 func (e *nodeError) Error() string { return e.where + ": " + e.err.Error() }
 func (e *nodeError) Unwrap() error { return e.err }
 
-// sink is a leader's broadcast.Sink: a bundle.Stream whose staging runs
-// in a goroutine as the body arrives.
+// sink is a leader's broadcast.Sink for the set's bundles, base first,
+// one Stream call each: the base's bundle.Stream is staged in a goroutine
+// as its body arrives, and each layer's stream is handed to that staging
+// (ExtractOptions.Layers) once the ones before it are extracted.
 type sink struct {
 	l      *leader
 	ctx    context.Context
 	keep   *bundle.ReadCloser // rank 0: the bundle file, which --force must not delete
-	s      *bundle.Stream
+	s      *bundle.Stream     // the base's
+	cur    *bundle.Stream     // the bundle being received
+	layer  int                // its number: 0 the base
+	next   chan *bundle.Stream
 	staged chan error
 	// discard: this node already holds the set (rank 0 streams for the
 	// others): the body is read and sent, not staged.
 	discard bool
 }
 
+// errNotStaged: a layer arrives after its base failed; the first failure
+// is the one reported.
+var errNotStaged = errors.New("the set's base was not staged")
+
 func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
+	k.cur = nil
 	if k.discard {
 		return nil
 	}
-	s, err := bundle.NewStream(k.l.plan.Bundle, prelude, size, &bundle.StreamOptions{Window: k.l.plan.Window})
+	l := k.l
+	name := l.plan.Bundle
+	if k.layer > 0 {
+		name = l.layerPaths[k.layer-1]
+	}
+	s, err := bundle.NewStream(name, prelude, size, &bundle.StreamOptions{Window: l.plan.Window})
 	if err != nil {
 		return fmt.Errorf("%w: %w", broadcast.ErrNoBundle, err)
 	}
-	l := k.l
+	if k.layer > 0 {
+		if k.s == nil {
+			return errNotStaged
+		}
+		k.cur = s
+		l.sum.Bytes += s.Size()
+		k.next <- s
+		return nil
+	}
 	l.sum.Entries = len(s.Entries())
 	l.sum.ContentDigest = bundle.FormatDigest(s.ContentDigest())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
@@ -329,32 +353,57 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 		}
 	}
 	// From here on stage() closes s and waits for the staging.
-	k.s, k.staged = s, make(chan error, 1)
-	go func() {
-		t := time.Now()
-		st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
-			Record: l.recordInfo(presets)})
-		if err == nil {
-			if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
-				st.Abort()
-				st = nil
-			}
-		}
-		l.staged = st
-		l.extract = time.Since(t)
-		if err != nil {
-			s.CloseWithError(err) // later writes are discarded
-		}
-		k.staged <- err
-	}()
+	k.s, k.cur, k.staged = s, s, make(chan error, 1)
+	go k.stage(presets)
 	return nil
 }
 
+// stage stages the base and the layers, relocates, and reports.
+func (k *sink) stage(presets []*warmup.Preset) {
+	l, s := k.l, k.s
+	t := time.Now()
+	var lay *bundle.Stream // the layer being extracted
+	i := 0
+	layers := func() (*bundle.Reader, string, error) {
+		var ok bool
+		if lay, ok = <-k.next; !ok {
+			lay = nil
+			return nil, "", nil
+		}
+		i++
+		return lay.Reader, l.layerPaths[i-1], nil
+	}
+	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
+		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit})
+	if err == nil {
+		if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
+			st.Abort()
+			st = nil
+		}
+	}
+	if st != nil && len(l.layerPaths) > 0 {
+		res := st.Result()
+		l.sum.Entries, l.sum.RawBytes = res.Files+res.Dirs, res.Bytes
+	}
+	l.staged = st
+	l.extract = time.Since(t)
+	if err != nil {
+		s.CloseWithError(err) // later writes are discarded
+		if lay != nil {
+			lay.CloseWithError(err)
+		}
+		for rest := range k.next {
+			rest.CloseWithError(err)
+		}
+	}
+	k.staged <- err
+}
+
 func (k *sink) Write(p []byte) (int, error) {
-	if k.discard {
+	if k.cur == nil {
 		return len(p), nil
 	}
-	return k.s.Write(p)
+	return k.cur.Write(p)
 }
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
@@ -368,24 +417,24 @@ func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error)
 // stage runs the stream on a leader and stages its node's copy. The error
 // is this node's, described; one matching broadcast.ErrComm is local.
 func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
-	var src *bundle.Reader
+	var set *bundle.OpenedSet
 	var rc *bundle.ReadCloser
 	var srcErr error
 	if group.Rank() == 0 {
 		t := time.Now()
 		l.sum.Bundle = l.plan.Bundle
 		l.bundlePath = absPath(l.plan.Bundle)
-		rc, srcErr = bundle.Open(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
+		set, srcErr = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
 		if srcErr == nil {
-			defer rc.Close()
-			src = rc.Reader
+			defer set.Close()
+			rc = set.Read[0]
 		}
 		l.stats.Read = time.Since(t)
 	}
 	// A node whose DEST holds the set already is left as it is; when
 	// every node does, nothing is streamed (rank 0 read the header and
 	// index only).
-	held, refuse, err := l.checkHeld(group, rc)
+	held, refuse, err := l.checkHeld(group, set)
 	if err != nil {
 		return err
 	}
@@ -408,11 +457,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		return nil
 	case counts[0] == int64(group.Size()):
-		l.sum.AlreadyInstalled = true
-		if rc != nil {
-			l.sum.Entries = len(rc.Entries())
-			l.sum.Bytes, l.sum.RawBytes = rc.Size(), rc.RawSize()
-		}
+		l.heldSummary(set)
 		return nil
 	case counts[0] > 0:
 		// Rank 0 streams to the nodes that need the set; the others wait.
@@ -431,25 +476,39 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		group = sub
 	}
-	k := &sink{l: l, ctx: ctx, keep: rc, discard: held} // rank 0 decides whether its DEST holds the bundle (S9)
+	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
 	if held {
-		l.sum.AlreadyInstalled = true
-		if rc != nil {
-			l.sum.Entries = len(rc.Entries())
-			l.sum.Bytes, l.sum.RawBytes = rc.Size(), rc.RawSize()
+		l.heldSummary(set)
+	}
+	// The base, then each layer: one stream each (docs/WIRE.md).
+	var local, cerr error
+	for i := 0; i <= len(l.layerPaths); i++ {
+		var src *bundle.Reader
+		if set != nil {
+			src = set.Read[i].Reader
+		}
+		k.layer = i
+		loc, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
+		if err != nil {
+			close(k.next)
+			if k.s != nil {
+				k.s.CloseWithError(err)
+				<-k.staged
+				l.abort()
+			}
+			return err // rank 0's announced failure, the same on every leader, or ErrComm
+		}
+		if local == nil && loc != errNotStaged {
+			local = loc
+		}
+		if k.cur != nil {
+			if err := k.cur.Close(); err != nil && cerr == nil {
+				cerr = err
+			}
 		}
 	}
-	local, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
-	if err != nil {
-		if k.s != nil {
-			k.s.CloseWithError(err)
-			<-k.staged
-			l.abort()
-		}
-		return err // rank 0's announced failure, the same on every leader, or ErrComm
-	}
+	close(k.next)
 	if k.s != nil {
-		cerr := k.s.Close()
 		serr := <-k.staged
 		switch {
 		case local != nil:
@@ -491,6 +550,23 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		return nil // rank 0's failure fails the load everywhere
 	}
 	return l.describe(local)
+}
+
+// heldSummary fills the summary of a node that keeps its DEST: rank 0
+// counts from the set's index (the others get it from share).
+func (l *leader) heldSummary(set *bundle.OpenedSet) {
+	l.sum.AlreadyInstalled = true
+	if set == nil {
+		return
+	}
+	l.sum.Entries, l.sum.Bytes, l.sum.RawBytes = 0, 0, 0
+	for _, r := range set.Read {
+		l.sum.Bytes += r.Size()
+	}
+	for _, e := range set.Merged(bundle.CacheUnit) {
+		l.sum.Entries++
+		l.sum.RawBytes += e.Size
+	}
 }
 
 // checkHost compares this node with the warm-up machine.

@@ -8,7 +8,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/harvest"
 )
 
 func init() {
@@ -43,7 +42,7 @@ func mergeAction(c *cli.Context) error {
 	res, err := bundle.MergeSet(c.Context, path, &bundle.MergeOptions{
 		LayerOptions: bundle.LayerOptions{Trust: trust},
 		Open:         &bundle.OpenOptions{Trusted: true, Trust: trust},
-		Unit:         harvest.Unit, Grace: c.Duration("grace"),
+		Unit:         bundle.CacheUnit, Grace: c.Duration("grace"),
 	})
 	if err != nil {
 		code, _ := exitFor(err)

@@ -1,0 +1,92 @@
+package bundle
+
+import (
+	"context"
+	"fmt"
+	"os"
+)
+
+// stagedLayer is one bundle of a staged set.
+type stagedLayer struct {
+	r    *Reader
+	path string // as the record names it ("": the Reader's name)
+}
+
+// stageLayers extracts opt.Layers' bundles over the staged base, in
+// order (see ExtractOptions.Layers), and sets the merged view.
+func (s *Staged) stageLayers(ctx context.Context, opt *ExtractOptions) error {
+	base := s.layers[0].r
+	view := map[string]SetEntry{}
+	overlay(view, 0, base.ix.entries, opt.Unit)
+	for opt.Layers != nil {
+		r, path, err := opt.Layers()
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			break
+		}
+		li := len(s.layers)
+		if li > MaxLayers {
+			return &Error{File: path, Err: ErrTooLarge, Msg: fmt.Sprintf("more than %d layers in the set", MaxLayers)}
+		}
+		if err := s.overlayLayer(ctx, r, path, li, view, opt); err != nil {
+			return err
+		}
+		s.layers = append(s.layers, stagedLayer{r: r, path: path})
+	}
+	s.view = sortedView(view)
+	if len(s.layers) > 1 {
+		s.res = &ExtractResult{}
+		for i := range s.view {
+			if e := &s.view[i]; e.Dir {
+				s.res.Dirs++
+			} else {
+				s.res.Files++
+				s.res.Bytes += e.Size
+			}
+		}
+	}
+	return nil
+}
+
+// overlayLayer extracts layer li (r) over the staged tree: the files it
+// displaces are removed first, so that a cache unit comes whole from one
+// layer.
+func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li int, view map[string]SetEntry, opt *ExtractOptions) error {
+	for i := range r.ix.entries {
+		e := &r.ix.entries[i]
+		if se, ok := view[e.Name]; ok && se.Dir != e.Dir {
+			return r.errorf(&Error{Entry: e.Name, Err: ErrFormat, Msg: fmt.Sprintf("a %s here and a %s in an earlier layer of the set; run kbundle merge on the set's base, %s",
+				dirOrFile(e.Dir), dirOrFile(se.Dir), s.layers[0].r.name)})
+		}
+	}
+	if err := r.checkSpace(s.parent); err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(s.tmp)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, name := range overlay(view, li, r.ix.entries, opt.Unit) {
+		if err := root.Remove(name); err != nil {
+			return fmt.Errorf("cannot replace %s with %s's: %w", name, path, err)
+		}
+	}
+	_, err = r.extractInto(ctx, s.tmp, opt, true)
+	return err
+}
+
+func dirOrFile(dir bool) string {
+	if dir {
+		return "directory"
+	}
+	return "file"
+}
+
+// isDirIn reports whether name is a directory (not a symlink) in root.
+func isDirIn(root *os.Root, name string) bool {
+	fi, err := root.Lstat(name)
+	return err == nil && fi.IsDir()
+}
