@@ -60,7 +60,12 @@ type ReadCloser struct {
 func (rc *ReadCloser) Untrusted() error { return rc.untrusted }
 
 // Close closes the bundle file.
-func (rc *ReadCloser) Close() error { return rc.f.Close() }
+func (rc *ReadCloser) Close() error {
+	if rc.f == nil {
+		return nil // EmptySet's
+	}
+	return rc.f.Close()
+}
 
 // OpenOptions tune Open. The zero value is valid.
 type OpenOptions struct {

@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -532,4 +533,21 @@ func (s *OpenedSet) StageOptions(opt ExtractOptions) *ExtractOptions {
 		return s.Read[i-1].Reader, s.Layers[i-1].Path, nil
 	}
 	return &opt
+}
+
+// EmptySet is the set of no entries, as `load --allow-missing` installs
+// it where no set exists at path yet: one bundle in memory, named path,
+// with no origin.
+func EmptySet(path string) (*OpenedSet, error) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil)
+	w.SetMeta(MetaCreator, "kbundle load --allow-missing")
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	r, err := newReader(bytes.NewReader(buf.Bytes()), int64(buf.Len()), path)
+	if err != nil {
+		return nil, err
+	}
+	return &OpenedSet{Path: path, Layers: []SetLayer{{Path: path}}, Read: []*ReadCloser{{Reader: r}}}, nil
 }

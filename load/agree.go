@@ -33,7 +33,7 @@ const maxPresetList = 1024
 // presets in use and how many nodes differ from the warm-up machine.
 func (l *leader) share() error {
 	s := l.sum
-	vals := []*int64{new(int64), new(int64), new(int64), new(int64), new(int64), new(int64)}
+	vals := []*int64{new(int64), new(int64), new(int64), new(int64), new(int64), new(int64), new(int64)}
 	if s.Leader {
 		*vals[0], *vals[1], *vals[2] = int64(s.Entries), s.Bytes, s.RawBytes
 		*vals[3] = int64(l.extract)
@@ -42,7 +42,10 @@ func (l *leader) share() error {
 			*vals[5] = 1
 		}
 	}
-	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum}
+	if s.Missing {
+		*vals[6] = 1 // rank 0's
+	}
+	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum, mpi.Max}
 	for i, v := range vals {
 		r, err := l.world.AllreduceInt64(*v, ops[i])
 		if err != nil {
@@ -53,6 +56,7 @@ func (l *leader) share() error {
 	s.Entries, s.Bytes, s.RawBytes = int(*vals[0]), *vals[1], *vals[2]
 	s.Extract, s.Bcast = time.Duration(*vals[3]), time.Duration(*vals[4])
 	s.MismatchNodes = int(*vals[5])
+	s.Missing = *vals[6] == 1
 	read, err := l.world.AllreduceInt64(int64(l.stats.Read), mpi.Max) // rank 0's
 	if err != nil {
 		return commErr("summary", err)

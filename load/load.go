@@ -43,6 +43,11 @@ type Plan struct {
 	Dest string
 	// Force replaces a non-empty Dest.
 	Force bool
+	// AllowMissing: when no set exists at Bundle (no base, no layer
+	// directory), every node installs an empty Dest with an install
+	// record instead of failing, and Summary.Missing says so: a first job
+	// runs cold, and its harvest writes the set.
+	AllowMissing bool
 	// GuessableDest says Dest is a default name that other users can
 	// guess (Dest's: the user's name and the job id). Each leader makes
 	// Dest (empty, 0700) first, before anything shows the name, so that
@@ -128,6 +133,9 @@ type Summary struct {
 	// InstalledNodes is how many nodes did.
 	AlreadyInstalled bool
 	InstalledNodes   int
+	// Missing: no set existed at Bundle (Plan.AllowMissing), and Dest is
+	// an empty cache.
+	Missing bool
 }
 
 // Run loads plan.Bundle on every rank of world; it is collective. On
@@ -425,6 +433,10 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		l.sum.Bundle = l.plan.Bundle
 		l.bundlePath = absPath(l.plan.Bundle)
 		set, srcErr = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
+		if l.plan.AllowMissing && errors.Is(srcErr, fs.ErrNotExist) {
+			set, srcErr = bundle.EmptySet(l.plan.Bundle)
+			l.sum.Missing = srcErr == nil
+		}
 		if srcErr == nil {
 			defer set.Close()
 			rc = set.Read[0]

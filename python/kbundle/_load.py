@@ -88,6 +88,8 @@ class LoadResult:
     content_digest: str = ""
     already_installed_nodes: int = 0
     already_installed: bool = False
+    #: No bundle set existed yet (allow_missing): dest is an empty cache.
+    missing_set: bool = False
     #: The warnings rank 0 issued as KbundleWarning (libkbundle's words,
     #: without "kbundle: ").
     warnings: Tuple[str, ...] = ()
@@ -115,6 +117,7 @@ def load_bundle(
     force: bool = False,
     strict: bool = False,
     jobs: Optional[int] = None,
+    allow_missing: Optional[bool] = None,
 ) -> LoadResult:
     """Loads a kbundle bundle into node-local storage on every node of
     comm, as ``kbundle load`` does; collective: call it on every rank of
@@ -134,6 +137,10 @@ def load_bundle(
     strict: raise instead of warning when nothing was loaded.
     jobs: unpacking workers per node; default $KBUNDLE_JOBS, else 0 (all
     cores).
+    allow_missing: when no bundle set exists at bundle yet, install an
+    empty dest (the job compiles cold, and kbundle.harvest at its end
+    writes the set) instead of failing; default $KBUNDLE_ALLOW_MISSING,
+    else False.
 
     On success the presets' variables are set in os.environ (before the
     framework reads them) and the result says what was loaded. When the
@@ -144,6 +151,8 @@ def load_bundle(
     (or TypeError) and MPI problems KbundleMPIError, whatever strict says.
     """
     req = _request(bundle, dest, preset, timeout, force, jobs)
+    if allow_missing is not None:
+        req["allow_missing"] = bool(allow_missing)
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):
@@ -190,6 +199,7 @@ def load_bundle(
         content_digest=out.get("content_digest", ""),
         already_installed_nodes=int(out.get("already_installed_nodes", 0)),
         already_installed=bool(out.get("already_installed", False)),
+        missing_set=bool(out.get("missing_set", False)),
         warnings=tuple(out.get("warnings") or ()),
     )
     if rank0:

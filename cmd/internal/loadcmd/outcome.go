@@ -54,6 +54,9 @@ type Outcome struct {
 	ContentDigest string `json:"content_digest"`
 	AlreadyNodes  int    `json:"already_installed_nodes"`
 	Already       bool   `json:"already_installed"`
+	// MissingSet: no set existed at Bundle (allow-missing); Dest is an
+	// empty cache.
+	MissingSet bool `json:"missing_set"`
 	// Warnings are the lines rank 0 prints, without the "kbundle: "
 	// prefix (Warnings).
 	Warnings []string `json:"warnings"`
@@ -71,7 +74,7 @@ func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
 		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
 		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
 		ContentDigest: sum.ContentDigest, AlreadyNodes: sum.InstalledNodes, Already: sum.AlreadyInstalled,
-		Warnings: orEmpty(Warnings(sum)),
+		MissingSet: sum.Missing, Warnings: orEmpty(Warnings(sum)),
 	}
 }
 
@@ -88,6 +91,10 @@ func orEmpty(s []string) []string {
 // nothing for, nodes that differ from the warm-up machine.
 func Warnings(sum *load.Summary) []string {
 	var w []string
+	if sum.Missing {
+		w = append(w, fmt.Sprintf("no bundle set at %s yet: DEST is an empty cache, so the job compiles its kernels; "+
+			"`kbundle harvest` at the job's end writes the set", Safe(sum.Bundle)))
+	}
 	if sum.Taken != "" {
 		nodes := "1 node"
 		if sum.TakenNodes != 1 {

@@ -57,6 +57,8 @@ var Settings = []Setting{
 	{Flag: "dir", Env: broadcast.CacheDirEnv, Usage: "the cache directory `DIR`: load DIR/" + broadcast.BundleName},
 	{Flag: "to", Keyword: "dest", Env: "KBUNDLE_LOCAL_DIR", Usage: "node-local `DEST`ination directory"},
 	{Flag: "force", Keyword: "force", Usage: "replace DEST if it exists and is not empty"},
+	{Flag: "allow-missing", Keyword: "allow_missing", Env: "KBUNDLE_ALLOW_MISSING",
+		Usage: "when no bundle set exists at FILE yet, install an empty DEST instead of exiting 3: the job runs cold and its harvest writes the set (1 or 0)"},
 	{Flag: "preset", Alias: "p", Keyword: "preset", Env: "KBUNDLE_PRESET",
 		Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`); default: the bundle's recorded presets"},
 	{Flag: "jobs", Alias: "j", Keyword: "jobs", Env: "KBUNDLE_JOBS",
@@ -95,7 +97,9 @@ type Request struct {
 	Dir    string `json:"-"`      // the cache directory (the CLI's --dir); "": not given
 	Dest   string `json:"dest"`   // "": not given
 	Force  bool   `json:"force"`  // replace a non-empty destination
-	Jobs   *int   `json:"jobs"`   // extraction workers per node; nil: not given
+	// AllowMissing: a missing set installs an empty DEST; nil: not given.
+	AllowMissing *bool `json:"allow_missing"`
+	Jobs         *int  `json:"jobs"` // extraction workers per node; nil: not given
 	// Presets: nil: not given; []: none (not the recorded ones).
 	Presets *[]string `json:"presets"`
 	// Timeout in seconds; nil: not given; 0: none.
@@ -148,6 +152,9 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	}
 	p := &o.plan
 	p.Force = r.Force
+	if p.AllowMissing, err = resolveBool(r.AllowMissing, "allow-missing", f, o.getenv); err != nil {
+		return o, err
+	}
 	if p.Jobs, err = resolveJobs(r, f, o.getenv); err != nil {
 		return o, err
 	}
@@ -189,6 +196,23 @@ func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Durati
 		return d, nil
 	}
 	return DefaultTimeout, nil
+}
+
+// resolveBool is a yes/no setting: the value given, else its variable (1
+// or 0, also true or false), else false.
+func resolveBool(given *bool, flag string, f Front, getenv func(string) string) (bool, error) {
+	if given != nil {
+		return *given, nil
+	}
+	env := setting(flag).Env
+	switch v := strings.TrimSpace(getenv(env)); strings.ToLower(v) {
+	case "", "0", "false", "no":
+		return false, nil
+	case "1", "true", "yes":
+		return true, nil
+	default:
+		return false, usagef("%s=%q: want 1 or 0", env, v)
+	}
 }
 
 func resolveJobs(r Request, f Front, getenv func(string) string) (int, error) {
