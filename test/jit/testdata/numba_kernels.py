@@ -48,15 +48,23 @@ def f11(x): return (x - 5) * 4
 FUNCS = [f00, f01, f02, f03, f04, f05, f06, f07, f08, f09, f10, f11]
 # Three signatures each: int64 scalar, float64 scalar, float64 array.
 ARGS = [np.int64(3), np.float64(2.5), np.arange(4, dtype=np.float64)]
+# KBUNDLE_TEST_NEW_SHAPES=1: "new shapes", a fourth signature (an int32
+# array) for the first half of the functions only (test/cluster's loop:
+# the harvest's layer must hold those functions' cache units, no others).
+NEW_SHAPES = os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1"
+EXTRA = np.arange(4, dtype=np.int32)
 
 
 def main():
     assert len(FUNCS) == NFUNCS
     hits = misses = 0
     missed = []
-    for f in FUNCS:
-        for a in ARGS:
+    overloads = 0
+    for i, f in enumerate(FUNCS):
+        args = ARGS + [EXTRA] if NEW_SHAPES and i < NFUNCS // 2 else ARGS
+        for a in args:
             f(a)
+        overloads += len(args)
         st = f.stats
         h = sum(st.cache_hits.values())
         m = sum(st.cache_misses.values())
@@ -65,7 +73,7 @@ def main():
         if m:
             missed.append(f.__name__)
     emit({"rank": rank(), "functions": len(FUNCS),
-                      "overloads": len(FUNCS) * len(ARGS),
+                      "overloads": overloads,
                       "hits": hits, "misses": misses, "missed": missed,
                       "cache_dir": os.environ.get("NUMBA_CACHE_DIR", "")})
     return 0
