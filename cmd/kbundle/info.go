@@ -34,6 +34,20 @@ type infoJSON struct {
 	// algorithm ("xxh3-128:..."): the same for the same tree packed
 	// anywhere, any time (docs/FORMAT.md, "Content digest").
 	ContentDigest string `json:"content_digest"`
+	// Layers are the set's delta layers above the base (docs/FORMAT.md,
+	// "Sets"), in load order; SetContentDigest is the merged view's (the
+	// base's when there is no layer).
+	Layers           []layerJSON `json:"layers"`
+	SetContentDigest string      `json:"set_content_digest"`
+}
+
+// layerJSON is one delta layer of a set.
+type layerJSON struct {
+	Path          string `json:"path"`
+	Entries       int    `json:"entries"`
+	PackedBytes   int64  `json:"packed_bytes"`
+	Digest        string `json:"digest"`
+	ContentDigest string `json:"content_digest"`
 }
 
 func init() {
@@ -66,6 +80,15 @@ func infoAction(c *cli.Context) error {
 		}
 	}
 	in.Entries = in.Files + in.Dirs
+	in.Layers, in.SetContentDigest = []layerJSON{}, in.ContentDigest
+	if set, err := bundle.OpenSet(c.Args().First(), nil); err == nil {
+		for i, r := range set.Read[1:] {
+			in.Layers = append(in.Layers, layerJSON{Path: set.Layers[i+1].Path, Entries: len(r.Entries()), PackedBytes: r.Size(),
+				Digest: bundle.FormatDigest(r.FileDigest()), ContentDigest: bundle.FormatDigest(r.ContentDigest())})
+		}
+		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
+		set.Close()
+	}
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, in)
 	}
@@ -83,6 +106,12 @@ func infoAction(c *cli.Context) error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		fmt.Fprintf(w, "%-16s %s\n", safe(k)+":", safe(cut(in.Meta[k], 100)))
+	}
+	if len(in.Layers) > 0 {
+		fmt.Fprintf(w, "layers:    %d, loaded with the base as one set (content %s; kbundle merge folds them)\n", len(in.Layers), in.SetContentDigest)
+		for _, l := range in.Layers {
+			fmt.Fprintf(w, "  %s: %s, %s packed, content %s\n", safe(l.Path), plural(l.Entries, "entry", "entries"), human(l.PackedBytes), l.ContentDigest)
+		}
 	}
 	return nil
 }
