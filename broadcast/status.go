@@ -48,6 +48,7 @@ var sentinels = []error{
 	context.Canceled, // a rank was interrupted (a signal, a cancelled context)
 	bundle.ErrDestination,
 	bundle.ErrNoSpace,
+	bundle.ErrNoParent,
 }
 
 func maskOf(err error) uint32 {

@@ -34,6 +34,9 @@ var (
 	// in the free space or inodes at the destination (checked before
 	// anything is written). It matches syscall.ENOSPC too.
 	ErrNoSpace = fmt.Errorf("not enough space at the destination: %w", syscall.ENOSPC)
+	// ErrNoParent: a parent directory of the extraction destination does
+	// not exist (ExtractOptions.Parents creates the missing ones).
+	ErrNoParent = errors.New("no such parent directory")
 )
 
 // Error is the error type of this package: what went wrong (Err, one of the

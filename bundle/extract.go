@@ -22,6 +22,10 @@ type ExtractOptions struct {
 	// Force replaces a non-empty destination (atomically where the kernel
 	// can exchange two directories, else by two renames).
 	Force bool
+	// Parents creates the destination's missing parent directories (mode
+	// 0700; removed again if the extraction fails); without it a missing
+	// one is refused with ErrNoParent, naming it.
+	Parents bool
 	// Jobs is the number of parallel workers; 0 means all cores.
 	Jobs int
 	// Keep is the bundle file being extracted when the Reader does not
@@ -125,6 +129,9 @@ func (r *Reader) Stage(ctx context.Context, dest string, opt *ExtractOptions) (_
 	s := &Staged{dest: dest, parent: filepath.Dir(dest), replace: replace, info: opt.Record,
 		layers: []stagedLayer{{r: r, path: opt.Record.Bundle}}}
 	s.created = missingAncestor(s.parent)
+	if s.created != "" && !opt.Parents {
+		return nil, &Error{File: s.created, Err: ErrNoParent, Msg: "the destination " + dest + " is inside it"}
+	}
 	if err := os.MkdirAll(s.parent, 0o700); err != nil {
 		return nil, fmt.Errorf("cannot create %s: %w", s.parent, err)
 	}

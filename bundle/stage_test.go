@@ -2,9 +2,11 @@ package bundle
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -29,7 +31,13 @@ func TestStageInstallAbort(t *testing.T) {
 	t.Run("abort before install", func(t *testing.T) {
 		parent := filepath.Join(t.TempDir(), "made", "here")
 		dest := filepath.Join(parent, "dest")
-		s, err := rc.Stage(ctx, dest, nil)
+		if _, err := rc.Stage(ctx, dest, nil); !errors.Is(err, ErrNoParent) || !strings.Contains(err.Error(), filepath.Dir(parent)+":") {
+			t.Fatalf("Stage with missing parents: %v, want ErrNoParent naming %s", err, filepath.Dir(parent))
+		}
+		if _, err := os.Lstat(filepath.Dir(parent)); !os.IsNotExist(err) {
+			t.Fatalf("a refused Stage made %s", filepath.Dir(parent))
+		}
+		s, err := rc.Stage(ctx, dest, &ExtractOptions{Parents: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -43,6 +43,9 @@ type Plan struct {
 	Dest string
 	// Force replaces a non-empty Dest.
 	Force bool
+	// Parents creates Dest's missing parent directories; without it a
+	// missing one fails the load (bundle.ErrNoParent), naming it.
+	Parents bool
 	// AllowMissing: when no set exists at Bundle (no base, no layer
 	// directory), every node installs an empty Dest with an install
 	// record instead of failing, and Summary.Missing says so: a first job
@@ -381,7 +384,7 @@ func (k *sink) stage(presets []*warmup.Preset) {
 		i++
 		return lay.Reader, l.layerPaths[i-1], nil
 	}
-	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
+	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Parents: l.plan.Parents, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
 		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit})
 	if err == nil {
 		if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {

@@ -46,7 +46,9 @@ func run(t *testing.T, nodes []int, plan func(rank int) load.Plan, corrupt map[i
 	}
 	sums := make([]*load.Summary, len(nodes))
 	errs := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) error {
-		s, err := load.Run(context.Background(), c, plan(c.Rank()))
+		p := plan(c.Rank())
+		p.Parents = true // each test's node directories are made by the load
+		s, err := load.Run(context.Background(), c, p)
 		sums[c.Rank()] = s
 		return err
 	})
@@ -234,7 +236,7 @@ func TestRunInterrupted(t *testing.T) {
 			cancel(cause)
 		}
 		_, err := load.Run(ctx, c, load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[c.Rank()]), "dest"),
-			Host: fmt.Sprintf("kbn%d", nodes[c.Rank()])})
+			Host: fmt.Sprintf("kbn%d", nodes[c.Rank()]), Parents: true})
 		return err
 	})
 	for r, err := range errs {

@@ -53,6 +53,8 @@ func exitFor(err error) (code int, hint string) {
 	switch {
 	case err == nil:
 		return exitOK, ""
+	case errors.Is(err, bundle.ErrNoParent):
+		return exitUsage, loadcmd.Hint(loadcmd.CLI, err)
 	case errors.Is(err, bundle.ErrDestination), errors.Is(err, bundle.ErrNoSpace):
 		return exitError, "" // the message says why and what to do
 	case errors.Is(err, context.Canceled):

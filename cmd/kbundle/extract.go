@@ -29,13 +29,13 @@ func init() {
 	register(&cli.Command{
 		Name:      "extract",
 		Usage:     "extract a bundle into a directory, atomically",
-		UsageText: "kbundle extract FILE DEST [--force] [--preset NAME]... [--print-env] [--jobs N] [--json] [-q]",
+		UsageText: "kbundle extract FILE DEST [--force] [--parents] [--preset NAME]... [--print-env] [--jobs N] [--json] [-q]",
 		Description: "Extracts FILE to DEST as one node of `kbundle load` does: into a private\n" +
 			"temporary sibling of DEST, relocated for the presets (the ones recorded in the\n" +
 			"bundle, or --preset's), then renamed into place; a failure installs nothing.\n" +
 			"Prints the presets' `export VAR=VALUE` lines for DEST on stdout, as load does,\n" +
 			"and a summary on stderr; with --print-env, no preset to apply is a usage error.",
-		Flags: []cli.Flag{forceFlag, presetFlag,
+		Flags: []cli.Flag{forceFlag, parentsFlag, presetFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the presets' export lines on stdout (needs a preset)"},
 			jobsFlag, jsonFlag, quietFlag},
 		Action: extractAction,
@@ -87,7 +87,7 @@ func extractAction(c *cli.Context) error {
 	if len(presets) > 0 {
 		applied = strings.Split(warmup.PresetNames(presets), ",")
 	}
-	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Jobs: n, Progress: bar.update, Trust: trust,
+	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Parents: c.Bool("parents"), Jobs: n, Progress: bar.update, Trust: trust,
 		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}})
 	bar.done()
 	if err != nil {

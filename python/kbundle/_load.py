@@ -118,6 +118,7 @@ def load_bundle(
     strict: bool = False,
     jobs: Optional[int] = None,
     allow_missing: Optional[bool] = None,
+    parents: bool = False,
 ) -> LoadResult:
     """Loads a kbundle bundle into node-local storage on every node of
     comm, as ``kbundle load`` does; collective: call it on every rank of
@@ -137,6 +138,8 @@ def load_bundle(
     strict: raise instead of warning when nothing was loaded.
     jobs: unpacking workers per node; default $KBUNDLE_JOBS, else 0 (all
     cores).
+    parents: create dest's missing parent directories (else a missing
+    one raises KbundleUsageError, naming it).
     allow_missing: when no bundle set exists at bundle yet, install an
     empty dest (the job compiles cold, and kbundle.harvest at its end
     writes the set) instead of failing; default $KBUNDLE_ALLOW_MISSING,
@@ -153,6 +156,7 @@ def load_bundle(
     req = _request(bundle, dest, preset, timeout, force, jobs)
     if allow_missing is not None:
         req["allow_missing"] = bool(allow_missing)
+    req["parents"] = bool(parents)
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):

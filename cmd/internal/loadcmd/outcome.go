@@ -158,7 +158,7 @@ func (k Kind) Exit() int {
 // classification of a load's failures for both front ends.
 func KindOf(err error) Kind {
 	switch {
-	case errors.Is(err, ErrUsage), errors.Is(err, bundle.ErrTrustPolicy):
+	case errors.Is(err, ErrUsage), errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, bundle.ErrNoParent):
 		return Usage
 	case errors.Is(err, broadcast.ErrComm), errors.Is(err, mpi.ErrNotInitialized), errors.Is(err, mpi.ErrThreadLevel),
 		errors.Is(err, mpi.ErrABI):
@@ -225,6 +225,10 @@ func Hint(f Front, err error) string {
 			return "hint: you cannot read the bundle; check its and its directories' permissions"
 		}
 		return ""
+	case errors.Is(err, bundle.ErrNoParent) && f == Python:
+		return "hint: create it first, or pass parents=True"
+	case errors.Is(err, bundle.ErrNoParent):
+		return "hint: create it first, or pass --parents"
 	case errors.Is(err, bundle.ErrExist) && f == Python:
 		return "hint: pass force=True to replace the destination"
 	case errors.Is(err, bundle.ErrExist):

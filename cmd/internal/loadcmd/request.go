@@ -57,6 +57,7 @@ var Settings = []Setting{
 	{Flag: "dir", Env: broadcast.CacheDirEnv, Usage: "the cache directory `DIR`: load DIR/" + broadcast.BundleName},
 	{Flag: "to", Keyword: "dest", Env: "KBUNDLE_LOCAL_DIR", Usage: "node-local `DEST`ination directory"},
 	{Flag: "force", Keyword: "force", Usage: "replace DEST if it exists and is not empty"},
+	{Flag: "parents", Keyword: "parents", Usage: "create DEST's missing parent directories (without it a missing one is refused, exit 2)"},
 	{Flag: "allow-missing", Keyword: "allow_missing", Env: "KBUNDLE_ALLOW_MISSING",
 		Usage: "when no bundle set exists at FILE yet, install an empty DEST instead of exiting 3: the job runs cold and its harvest writes the set (1 or 0)"},
 	{Flag: "preset", Alias: "p", Keyword: "preset", Env: "KBUNDLE_PRESET",
@@ -97,6 +98,8 @@ type Request struct {
 	Dir    string `json:"-"`      // the cache directory (the CLI's --dir); "": not given
 	Dest   string `json:"dest"`   // "": not given
 	Force  bool   `json:"force"`  // replace a non-empty destination
+	// Parents: create DEST's missing parent directories.
+	Parents bool `json:"parents"`
 	// AllowMissing: a missing set installs an empty DEST; nil: not given.
 	AllowMissing *bool `json:"allow_missing"`
 	Jobs         *int  `json:"jobs"` // extraction workers per node; nil: not given
@@ -151,7 +154,7 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 		return o, &usageError{err}
 	}
 	p := &o.plan
-	p.Force = r.Force
+	p.Force, p.Parents = r.Force, r.Parents
 	if p.AllowMissing, err = resolveBool(r.AllowMissing, "allow-missing", f, o.getenv); err != nil {
 		return o, err
 	}
