@@ -69,8 +69,9 @@ type Plan struct {
 	// bundle.DefaultWindow.
 	Window int64
 	// Presets are applied to every node's copy before it is installed
-	// (path relocation) and give Summary.Env. When nil and UseRecorded is
-	// set, the presets recorded in the bundle at warm-up are used.
+	// (path relocation) and give Summary.Env. UseRecorded adds the
+	// presets recorded in the bundle at warm-up, first (warmup.Choose);
+	// without it only Presets apply.
 	Presets     []*warmup.Preset
 	UseRecorded bool
 	// Host names this node in messages (os.Hostname, given by the caller).
@@ -419,10 +420,7 @@ func (k *sink) Write(p []byte) (int, error) {
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
 func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
-	if l.plan.Presets != nil || !l.plan.UseRecorded {
-		return l.plan.Presets, nil
-	}
-	return warmup.PresetsFromMeta(meta)
+	return warmup.Choose(l.plan.Presets, !l.plan.UseRecorded, meta)
 }
 
 // stage runs the stream on a leader and stages its node's copy. The error

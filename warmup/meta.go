@@ -62,6 +62,33 @@ func PresetsFromMeta(meta map[string]string) ([]*Preset, error) {
 	return ps, nil
 }
 
+// Choose is the one rule for the presets a load or extract applies:
+// the bundle's recorded ones (meta), then those asked for by name that
+// are not among them; with replace, only those asked for (none: none).
+func Choose(asked []*Preset, replace bool, meta map[string]string) ([]*Preset, error) {
+	if replace {
+		return asked, nil
+	}
+	rec, err := PresetsFromMeta(meta)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]*Preset{}, rec...)
+	for _, p := range asked {
+		dup := false
+		for _, r := range rec {
+			dup = dup || r.Name == p.Name
+		}
+		if !dup {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
 // MissingContent returns the presets whose own subdirectories hold no
 // regular file in fsys: the extracted cache (os.DirFS(dest)) or the bundle
 // itself (a *bundle.Reader is an fs.FS). Included presets are not

@@ -29,13 +29,13 @@ func init() {
 	register(&cli.Command{
 		Name:      "extract",
 		Usage:     "extract a bundle into a directory, atomically",
-		UsageText: "kbundle extract FILE DEST [--force] [--parents] [--preset NAME]... [--print-env] [--jobs N] [--json] [-q]",
+		UsageText: "kbundle extract FILE DEST [--force] [--parents] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--json] [-q]",
 		Description: "Extracts FILE to DEST as one node of `kbundle load` does: into a private\n" +
 			"temporary sibling of DEST, relocated for the presets (the ones recorded in the\n" +
 			"bundle, or --preset's), then renamed into place; a failure installs nothing.\n" +
 			"Prints the presets' `export VAR=VALUE` lines for DEST on stdout, as load does,\n" +
 			"and a summary on stderr; with --print-env, no preset to apply is a usage error.",
-		Flags: []cli.Flag{forceFlag, parentsFlag, presetFlag,
+		Flags: []cli.Flag{forceFlag, parentsFlag, presetFlag, replacePresetsFlag,
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the presets' export lines on stdout (needs a preset)"},
 			jobsFlag, jsonFlag, quietFlag},
 		Action: extractAction,
@@ -67,10 +67,10 @@ func extractAction(c *cli.Context) error {
 		return err
 	}
 	defer rc.Close()
-	presets, err := recordedOr(named, c.IsSet("preset"), rc.Meta())
+	presets, err := warmup.Choose(named, c.Bool("replace-presets"), rc.Meta())
 	if err != nil {
 		// A preset of a newer kbundle: its relocation cannot be done.
-		return cli.Exit(fmt.Sprintf("%s: %s\nkbundle: hint: upgrade kbundle, or name the presets with --preset",
+		return cli.Exit(fmt.Sprintf("%s: %s\nkbundle: hint: upgrade kbundle, or name the presets with --preset and --replace-presets",
 			safe(a[0]), safe(err.Error())), exitUnusable)
 	}
 	if c.Bool("print-env") && len(presets) == 0 {

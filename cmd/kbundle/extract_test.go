@@ -10,45 +10,11 @@ import (
 	"testing"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
 )
-
-// TestRecordedOr: extract applies --preset's presets when given (even
-// none), else the bundle's recorded ones, as load does.
-func TestRecordedOr(t *testing.T) {
-	numba, _ := warmup.Lookup("numba")
-	for _, tc := range []struct {
-		name  string
-		named []*warmup.Preset
-		given bool
-		meta  map[string]string
-		want  string // preset names, or "error"
-	}{
-		{"recorded", nil, false, map[string]string{bundle.MetaPreset: "triton,jax"}, "triton,jax"},
-		{"none recorded", nil, false, map[string]string{}, ""},
-		{"named replaces recorded", []*warmup.Preset{numba}, true, map[string]string{bundle.MetaPreset: "triton"}, "numba"},
-		{"empty --preset applies none", nil, true, map[string]string{bundle.MetaPreset: "triton"}, ""},
-		{"recorded unknown", nil, false, map[string]string{bundle.MetaPreset: "triton,kbundle-future"}, "error"},
-		{"named beats an unknown recorded", []*warmup.Preset{numba}, true, map[string]string{bundle.MetaPreset: "kbundle-future"}, "numba"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := recordedOr(tc.named, tc.given, tc.meta)
-			if tc.want == "error" {
-				if !errors.Is(err, warmup.ErrUnknownPreset) {
-					t.Fatalf("error %v, want ErrUnknownPreset", err)
-				}
-				return
-			}
-			if err != nil || warmup.PresetNames(got) != tc.want {
-				t.Fatalf("recordedOr = %q, %v; want %q", warmup.PresetNames(got), err, tc.want)
-			}
-		})
-	}
-}
 
 // TestExtractUnknownRecordedPreset: a bundle recording a preset this
 // kbundle does not know (from a newer one) is unusable for extract, as for
-// load (exit 3, nothing extracted), unless --preset names the presets.
+// load (exit 3, nothing extracted), unless --preset names the presets with --replace-presets.
 func TestExtractUnknownRecordedPreset(t *testing.T) {
 	dir := t.TempDir()
 	src := filepath.Join(dir, "src")
@@ -67,7 +33,7 @@ func TestExtractUnknownRecordedPreset(t *testing.T) {
 	if code := run([]string{"kbundle", "extract", b, dest}, &out, &errOut); code != exitUnusable {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUnusable, &errOut)
 	}
-	for _, want := range []string{`unknown preset "kbundle-future"`, "hint: upgrade kbundle, or name the presets with --preset"} {
+	for _, want := range []string{`unknown preset "kbundle-future"`, "hint: upgrade kbundle, or name the presets with --preset and --replace-presets"} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, &errOut)
 		}
@@ -77,7 +43,7 @@ func TestExtractUnknownRecordedPreset(t *testing.T) {
 	}
 	out.Reset()
 	errOut.Reset()
-	if code := run([]string{"kbundle", "extract", "-q", "--preset", "triton", b, dest}, &out, &errOut); code != 0 {
+	if code := run([]string{"kbundle", "extract", "-q", "--preset", "triton", "--replace-presets", b, dest}, &out, &errOut); code != 0 {
 		t.Fatalf("with --preset: exit %d; stderr:\n%s", code, &errOut)
 	}
 	if want := "export TRITON_CACHE_DIR=" + filepath.Join(dest, "triton") + "\n"; out.String() != want {

@@ -21,10 +21,11 @@ var (
 	dirFlag     = &cli.StringFlag{Name: "dir", EnvVars: []string{"KBUNDLE_CACHE_DIR"}, Usage: "the cache directory `DIR`"}
 	presetFlag  = &cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, EnvVars: []string{"KBUNDLE_PRESET"},
 		Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`)"}
-	quietFlag   = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only warnings and errors"}
-	jsonFlag    = &cli.BoolFlag{Name: "json", Usage: "print one JSON object on stdout (fields are only ever added)"}
-	parentsFlag = &cli.BoolFlag{Name: "parents", Usage: "create DEST's missing parent directories (without it a missing one is refused, exit 2)"}
-	forceFlag   = &cli.BoolFlag{Name: "force", Usage: "replace a non-empty DEST that kbundle installed (it holds .kbundle-installed): everything in it is deleted"}
+	quietFlag          = &cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print only warnings and errors"}
+	jsonFlag           = &cli.BoolFlag{Name: "json", Usage: "print one JSON object on stdout (fields are only ever added)"}
+	replacePresetsFlag = &cli.BoolFlag{Name: "replace-presets", Usage: "apply only --preset's presets, not the bundle's recorded ones (none with --preset '')"}
+	parentsFlag        = &cli.BoolFlag{Name: "parents", Usage: "create DEST's missing parent directories (without it a missing one is refused, exit 2)"}
+	forceFlag          = &cli.BoolFlag{Name: "force", Usage: "replace a non-empty DEST that kbundle installed (it holds .kbundle-installed): everything in it is deleted"}
 )
 
 // jobs returns --jobs, refusing a negative count as a usage error.

@@ -22,7 +22,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--print-env] [--jobs N] [--timeout D] [-q]",
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
 			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
@@ -66,7 +66,7 @@ func settingFlags() []cli.Flag {
 			usage += " [$" + s.Env + "]"
 		}
 		switch s.Flag {
-		case "force", "parents", "allow-missing":
+		case "force", "parents", "allow-missing", "replace-presets":
 			fs = append(fs, &cli.BoolFlag{Name: s.Flag, Aliases: aliases, Usage: usage})
 		case "jobs":
 			fs = append(fs, &cli.IntFlag{Name: s.Flag, Aliases: aliases, Usage: usage})
@@ -84,7 +84,8 @@ func settingFlags() []cli.Flag {
 // request is what the command line asks (only what it gives: the
 // variables are loadcmd.Resolve's).
 func request(c *cli.Context) loadcmd.Request {
-	r := loadcmd.Request{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), Force: c.Bool("force"), Parents: c.Bool("parents")}
+	r := loadcmd.Request{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), Force: c.Bool("force"), Parents: c.Bool("parents"),
+		ReplacePresets: c.Bool("replace-presets")}
 	if c.IsSet("allow-missing") {
 		v := c.Bool("allow-missing")
 		r.AllowMissing = &v

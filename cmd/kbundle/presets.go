@@ -102,14 +102,3 @@ func writePresets(w io.Writer, verbose bool) error {
 	}
 	return nil
 }
-
-// recordedOr returns the presets a command that installs a bundle applies
-// (extract; load decides the same in package load): named, the --preset
-// values, when --preset was given (given: even empty, which applies none),
-// else the presets recorded in the bundle's metadata at warm-up.
-func recordedOr(named []*warmup.Preset, given bool, meta map[string]string) ([]*warmup.Preset, error) {
-	if len(named) > 0 || given {
-		return named, nil
-	}
-	return warmup.PresetsFromMeta(meta)
-}

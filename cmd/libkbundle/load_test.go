@@ -93,7 +93,7 @@ func TestRun(t *testing.T) {
 			req: func(d string) loadcmd.Request { return loadcmd.Request{Bundle: file, Dest: d} }, ok: true, presets: "triton"},
 		{name: "two nodes no preset", nodes: []int{0, 0, 1, 1},
 			req: func(d string) loadcmd.Request {
-				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{})}
+				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{}), ReplacePresets: true}
 			}, ok: true,
 			destNodes: -2},
 		{name: "cache dir from the environment", nodes: []int{0},
@@ -118,12 +118,12 @@ func TestRun(t *testing.T) {
 		{name: "preset from the environment", nodes: []int{0},
 			req: func(d string) loadcmd.Request {
 				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_PRESET": "numba triton"}}
-			}, ok: true, presets: "numba,triton"},
+			}, ok: true, presets: "triton,numba"},
 		{name: "named preset with nothing in the bundle", nodes: []int{0, 0},
 			req: func(d string) loadcmd.Request {
 				return loadcmd.Request{Bundle: file, Dest: d, Presets: ptr([]string{"jax"})}
 			},
-			ok: true, presets: "jax", empty: "jax"},
+			ok: true, presets: "triton,jax", empty: "jax"},
 		{name: "bad jobs variable", nodes: []int{0, 0},
 			req: func(d string) loadcmd.Request {
 				return loadcmd.Request{Bundle: file, Dest: d, Environ: map[string]string{"KBUNDLE_JOBS": "many"}}

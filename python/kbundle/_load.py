@@ -119,6 +119,7 @@ def load_bundle(
     jobs: Optional[int] = None,
     allow_missing: Optional[bool] = None,
     parents: bool = False,
+    replace_presets: bool = False,
 ) -> LoadResult:
     """Loads a kbundle bundle into node-local storage on every node of
     comm, as ``kbundle load`` does; collective: call it on every rank of
@@ -128,9 +129,9 @@ def load_bundle(
     $KBUNDLE_CACHE_DIR/cache.kbundle.
     dest: the node-local directory; default $KBUNDLE_LOCAL_DIR, else
     $TMPDIR/kbundle-USER-JOB (or /tmp/...), as ``kbundle load``.
-    preset: a preset name, a comma-separated list or a sequence of names;
-    default (None): $KBUNDLE_PRESET, else the presets recorded in the
-    bundle; []: none.
+    preset: a preset name, a comma-separated list or a sequence of names,
+    added to the presets recorded in the bundle; default (None):
+    $KBUNDLE_PRESET, else only the recorded ones.
     timeout: seconds or a timedelta; default $KBUNDLE_TIMEOUT, else 10
     minutes; 0: none. When it runs out (a node or link down, a rank that
     did not call) the whole job is ended with MPI_Abort.
@@ -138,6 +139,8 @@ def load_bundle(
     strict: raise instead of warning when nothing was loaded.
     jobs: unpacking workers per node; default $KBUNDLE_JOBS, else 0 (all
     cores).
+    replace_presets: apply only preset's presets, not the bundle's
+    recorded ones (with preset=[]: none).
     parents: create dest's missing parent directories (else a missing
     one raises KbundleUsageError, naming it).
     allow_missing: when no bundle set exists at bundle yet, install an
@@ -157,6 +160,7 @@ def load_bundle(
     if allow_missing is not None:
         req["allow_missing"] = bool(allow_missing)
     req["parents"] = bool(parents)
+    req["replace_presets"] = bool(replace_presets)
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):

@@ -61,7 +61,8 @@ var Settings = []Setting{
 	{Flag: "allow-missing", Keyword: "allow_missing", Env: "KBUNDLE_ALLOW_MISSING",
 		Usage: "when no bundle set exists at FILE yet, install an empty DEST instead of exiting 3: the job runs cold and its harvest writes the set (1 or 0)"},
 	{Flag: "preset", Alias: "p", Keyword: "preset", Env: "KBUNDLE_PRESET",
-		Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`); default: the bundle's recorded presets"},
+		Usage: "framework `NAME` (repeatable, or space/comma separated; see `kbundle presets`), added to the bundle's recorded presets"},
+	{Flag: "replace-presets", Keyword: "replace_presets", Usage: "apply only --preset's presets, not the bundle's recorded ones (none with --preset '')"},
 	{Flag: "jobs", Alias: "j", Keyword: "jobs", Env: "KBUNDLE_JOBS",
 		Usage: fmt.Sprintf("use `N` extraction workers per node (0: all cores; 0..%d)", bundle.MaxJobs)},
 	{Flag: "timeout", Keyword: "timeout", Env: "KBUNDLE_TIMEOUT",
@@ -103,8 +104,10 @@ type Request struct {
 	// AllowMissing: a missing set installs an empty DEST; nil: not given.
 	AllowMissing *bool `json:"allow_missing"`
 	Jobs         *int  `json:"jobs"` // extraction workers per node; nil: not given
-	// Presets: nil: not given; []: none (not the recorded ones).
-	Presets *[]string `json:"presets"`
+	// Presets: nil: not given; []: none. They are added to the
+	// bundle's recorded presets unless ReplacePresets.
+	Presets        *[]string `json:"presets"`
+	ReplacePresets bool      `json:"replace_presets"`
 	// Timeout in seconds; nil: not given; 0: none.
 	Timeout *float64 `json:"timeout"`
 	// Environ is the caller's environment. Python's is always this one
@@ -165,12 +168,13 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	if v := o.getenv("KBUNDLE_PRESET"); names == nil && v != "" {
 		names = &[]string{v}
 	}
-	if p.UseRecorded = names == nil; names != nil {
+	p.UseRecorded = !r.ReplacePresets
+	if names != nil {
 		ps, err := warmup.ParseList(*names...)
 		if err != nil {
 			return o, &usageError{err}
 		}
-		p.Presets = append([]*warmup.Preset{}, ps...) // none, and not the recorded ones
+		p.Presets = append([]*warmup.Preset{}, ps...) // added to the recorded ones unless replaced
 	}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")

@@ -17,7 +17,7 @@ func TestResolve(t *testing.T) {
 	type got struct {
 		bundle  string
 		jobs    int
-		presets string // names; "recorded": UseRecorded
+		presets string // "recorded" (UseRecorded), then "+" and the names added; without UseRecorded the names
 		timeout time.Duration
 	}
 	for _, c := range []struct {
@@ -29,11 +29,15 @@ func TestResolve(t *testing.T) {
 	}{
 		{name: "defaults", req: Request{Bundle: "b"}, want: got{"b", 0, "recorded", DefaultTimeout}},
 		{name: "variables", req: Request{Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_JOBS": "3",
-			"KBUNDLE_PRESET": "numba triton", "KBUNDLE_TIMEOUT": "30"}}, want: got{"eb", 3, "numba,triton", 30 * time.Second}},
+			"KBUNDLE_PRESET": "numba triton", "KBUNDLE_TIMEOUT": "30"}}, want: got{"eb", 3, "recorded+numba,triton", 30 * time.Second}},
 		{name: "given wins", req: Request{Bundle: "b", Jobs: ptr(2), Presets: ptr([]string{"jax"}), Timeout: ptr(5.0),
 			Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_JOBS": "3", "KBUNDLE_PRESET": "numba", "KBUNDLE_TIMEOUT": "30"}},
-			want: got{"b", 2, "jax", 5 * time.Second}},
+			want: got{"b", 2, "recorded+jax", 5 * time.Second}},
 		{name: "no presets given", req: Request{Bundle: "b", Presets: ptr([]string{}), Environ: map[string]string{"KBUNDLE_PRESET": "numba"}},
+			want: got{"b", 0, "recorded", DefaultTimeout}},
+		{name: "replaced", req: Request{Bundle: "b", Presets: ptr([]string{"jax"}), ReplacePresets: true},
+			want: got{"b", 0, "jax", DefaultTimeout}},
+		{name: "replaced by none", req: Request{Bundle: "b", Presets: ptr([]string{}), ReplacePresets: true},
 			want: got{"b", 0, "", DefaultTimeout}},
 		{name: "KBUNDLE_BUNDLE beats the cache dir", req: Request{Environ: map[string]string{"KBUNDLE_BUNDLE": "eb", "KBUNDLE_CACHE_DIR": "/c"}},
 			want: got{"eb", 0, "recorded", DefaultTimeout}},
@@ -70,13 +74,15 @@ func TestResolve(t *testing.T) {
 				continue
 			}
 			p := o.plan
-			g := got{p.Bundle, p.Jobs, "recorded", o.Timeout}
-			if !p.UseRecorded {
-				var names []string
-				for _, ps := range p.Presets {
-					names = append(names, ps.Name)
-				}
-				g.presets = strings.Join(names, ",")
+			var names []string
+			for _, ps := range p.Presets {
+				names = append(names, ps.Name)
+			}
+			g := got{p.Bundle, p.Jobs, strings.Join(names, ","), o.Timeout}
+			if p.UseRecorded && len(names) > 0 {
+				g.presets = "recorded+" + g.presets
+			} else if p.UseRecorded {
+				g.presets = "recorded"
 			}
 			if err != nil || g != c.want {
 				t.Errorf("%s, front %d: %+v %v, want %+v", c.name, f, g, err, c.want)
