@@ -136,7 +136,7 @@ def test_success() -> None:
 
 
 def test_explicit_presets() -> None:
-    res = load_bundle(COMM, bundle=str(BUNDLE), dest=dest_for("nopreset"), preset=[])
+    res = load_bundle(COMM, bundle=str(BUNDLE), dest=dest_for("nopreset"), preset=[], replace_presets=True)
     assert res.ok and res.presets == () and dict(res.env) == {}
     assert "TRITON_CACHE_DIR" not in os.environ
     res = load_bundle(COMM, bundle=BUNDLE, dest=dest_for("numba"), preset="numba,triton")
@@ -146,7 +146,7 @@ def test_explicit_presets() -> None:
 
 
 def test_preset_with_nothing_in_the_bundle() -> None:
-    res, warned = collect(lambda: load_bundle(COMM, bundle=BUNDLE, dest=dest_for("jax"), preset="jax"))
+    res, warned = collect(lambda: load_bundle(COMM, bundle=BUNDLE, dest=dest_for("jax"), preset="jax", replace_presets=True))
     assert res.ok and res.presets == ("jax",)
     assert len(warned) == (1 if RANK == 0 else 0)
     if RANK == 0:
@@ -316,7 +316,7 @@ def test_sub_communicator() -> None:
     sub = COMM.Split(color, RANK)
     try:
         dest = dest_for(f"half{color}")
-        res = load_bundle(sub, bundle=BUNDLE, dest=dest, preset=[])
+        res = load_bundle(sub, bundle=BUNDLE, dest=dest, preset=[], replace_presets=True)
         assert res.ok and res.ranks == sub.Get_size() and res.dest == str(dest)
         sub.Barrier()
         assert snapshot(dest) == snapshot(TREE)
