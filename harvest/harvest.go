@@ -104,6 +104,7 @@ type Summary struct {
 	Content string       `json:"content"` // its content digest
 	Packed  int64        `json:"packed_bytes"`
 	DryRun  bool         `json:"dry_run,omitempty"`
+	Set     string       `json:"set"` // the set harvested into: rank 0's Plan.Bundle
 }
 
 // list is what a leader sends rank 0.
@@ -242,7 +243,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		lists = append(lists, l)
 	}
 	sum, choice := choose(lists, setDigests(plan.Bundle, plan.Trust))
-	sum.DryRun = plan.DryRun
+	sum.DryRun, sum.Set = plan.DryRun, plan.Bundle
 	origin := mine.Origin
 	if origin == "" {
 		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST
@@ -271,7 +272,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 	}
 	var commFail error
+	filled := false
 	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust}, func(w *bundle.Writer) error {
+		filled = true
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
 		var first error
@@ -297,6 +300,14 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	})
 	if commFail != nil {
 		return nil, commFail
+	}
+	if !filled {
+		// The layer failed before it took the files (its temporary could
+		// not be made): the leaders send them all the same, and a send
+		// larger than MPI's eager limit completes only once received.
+		if err := drain(p2p, lists, choice, plan.Chunk); err != nil {
+			return nil, err
+		}
 	}
 	if err != nil {
 		return outcome(sum, err), nil
@@ -681,6 +692,25 @@ func recvFile(w *bundle.Writer, p P2P, r int, f File, chunk int) error {
 	}
 	pw.Close()
 	return <-errc
+}
+
+// drain receives and drops the files chosen from the leaders (all but
+// rank 0's own), so that their sends complete.
+func drain(p P2P, lists []*list, choice [][]int, chunk int) error {
+	for r := 1; r < len(lists); r++ {
+		for _, i := range choice[r] {
+			f := lists[r].Files[i]
+			buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
+			for left := f.Size; left > 0; {
+				b := buf[:min(int64(len(buf)), left)]
+				if err := p.Recv(b, r, tagData); err != nil {
+					return commErr("receive "+f.Name, err)
+				}
+				left -= int64(len(b))
+			}
+		}
+	}
+	return nil
 }
 
 func sendChoice(p P2P, r int, choice []int, origin string) error {

@@ -121,23 +121,9 @@ func harvestAction(c *cli.Context) (err error) {
 		fmt.Fprintln(c.App.Writer, string(b))
 	}
 	if !c.Bool("quiet") {
-		for _, line := range harvest.Report(sum) {
+		for _, line := range loadcmd.HarvestReport(sum) {
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", line)
-		}
-		switch {
-		case sum.DryRun:
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: dry run: would write %d files (%d cache units) to %s\n", sum.Files, sum.Units, path)
-		case sum.Layer == "":
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: nothing new: no layer written to %s\n", path)
-		default:
-			what := "a new layer"
-			if sum.Base {
-				what = "the set's first bundle"
-			}
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: wrote %s, %s: %d files (%d cache units, %s)\n", what, sum.Layer, sum.Files, sum.Units, sizeIEC(sum.Bytes))
 		}
 	}
 	return nil
 }
-
-func sizeIEC(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -42,7 +42,8 @@ func run(ctx context.Context, world broadcast.NodeComm, opts loadcmd.Options, lo
 	return loadcmd.Load(ctx, world, loadcmd.Python, opts, local, true, false)
 }
 
-func encode(o loadcmd.Outcome) []byte {
+// encode is an answer's JSON: a loadcmd.Outcome or HarvestOutcome.
+func encode[T loadcmd.Outcome | loadcmd.HarvestOutcome](o T) []byte {
 	b, err := json.Marshal(o)
 	if err != nil { // only plain fields: cannot happen
 		return []byte(`{"ok":false,"kind":"mpi","reason":"cannot encode the result"}`)

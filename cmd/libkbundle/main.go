@@ -1,6 +1,6 @@
 // Command libkbundle is the C library behind the Python package kbundle
-// (python/): `kbundle load` as a call made on every rank of a program
-// that already runs MPI, such as Python with mpi4py. Build it once per MPI
+// (python/): `kbundle load` and `kbundle harvest` as calls made on every
+// rank of a program that already runs MPI, such as Python with mpi4py. Build it once per MPI
 // library, as a shared object:
 //
 //	CC=mpicc.openmpi go build -buildmode=c-shared -tags mpi -o libkbundle-openmpi.so ./cmd/libkbundle
@@ -11,21 +11,24 @@
 // kbundle_free:
 //
 //	char *kbundle_load(long long comm, const char *request);
+//	char *kbundle_harvest(long long comm, const char *request);
 //	char *kbundle_mpi_family(void);
 //	void  kbundle_free(char *s);
 //
 // kbundle_load is collective over the communicator whose Fortran handle
 // is comm (mpi4py: comm.py2f()); request and the result are JSON objects
-// (loadcmd.Request and loadcmd.Outcome). kbundle_mpi_family names the MPI
-// the library was built for ("openmpi" or "mpich"), making no MPI call:
-// the caller checks it against the program's MPI before kbundle_load,
-// since a library built for another MPI has its MPI calls bound to the
-// program's libmpi, whose ABI differs (kbundle_load refuses that case too,
-// before any call with a handle). kbundle_load adopts the MPI the program
-// initialised (it never initialises or finalises MPI; the program must
-// provide MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE), works on a
-// duplicate of the communicator, never exits the process and installs no
-// signal handler; when the load's timeout runs out it ends the whole job
+// (loadcmd.Request and loadcmd.Outcome). kbundle_harvest is `kbundle
+// harvest` in the same way, under the same rules (loadcmd.HarvestRequest
+// and loadcmd.HarvestOutcome). kbundle_mpi_family names the MPI the
+// library was built for ("openmpi" or "mpich"), making no MPI call: the
+// caller checks it against the program's MPI before kbundle_load, since a
+// library built for another MPI has its MPI calls bound to the program's
+// libmpi, whose ABI differs (kbundle_load and kbundle_harvest refuse that
+// case too, before any call with a handle). Both adopt the MPI the
+// program initialised (they never initialise or finalise MPI; the program
+// must provide MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE), work on a
+// duplicate of the communicator, never exit the process and install no
+// signal handler; when the call's timeout runs out it ends the whole job
 // with MPI_Abort, as `kbundle load` does, since a collective cannot be
 // abandoned half-way.
 package main
@@ -47,6 +50,12 @@ import (
 //export kbundle_load
 func kbundle_load(comm C.longlong, request *C.char) *C.char {
 	out := loadFortran(context.Background(), int64(comm), []byte(C.GoString(request)))
+	return C.CString(string(out))
+}
+
+//export kbundle_harvest
+func kbundle_harvest(comm C.longlong, request *C.char) *C.char {
+	out := harvestFortran(context.Background(), int64(comm), []byte(C.GoString(request)))
 	return C.CString(string(out))
 }
 

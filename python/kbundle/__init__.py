@@ -11,28 +11,41 @@ Call :func:`load_bundle` on every rank, before importing the framework
 It does what ``kbundle load`` does, in the calling process, through the
 same Go code: rank 0 reads the bundle once and broadcasts it, one rank per
 node unpacks it atomically into node-local storage, and the variables of
-the bundle's framework presets are set in ``os.environ``. See
-docs/python.md.
+the bundle's framework presets are set in ``os.environ``.
+
+At the end of the job, :func:`harvest` (on every rank) gives back what the
+job compiled that the bundle lacked, as ``kbundle harvest`` does: one new
+layer of the set, written by rank 0::
+
+    res = harvest(MPI.COMM_WORLD)
+
+See docs/python.md.
 """
 
 from ._errors import (
     BundleUnusableError,
+    HarvestFailedError,
     KbundleError,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
     LoadFailedError,
 )
+from ._harvest import HarvestNode, HarvestResult, harvest
 from ._load import LoadResult, load_bundle, mpi_library
 
 __all__ = [
     "BundleUnusableError",
+    "HarvestFailedError",
+    "HarvestNode",
+    "HarvestResult",
     "KbundleError",
     "KbundleMPIError",
     "KbundleUsageError",
     "KbundleWarning",
     "LoadFailedError",
     "LoadResult",
+    "harvest",
     "load_bundle",
     "mpi_library",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 class KbundleError(Exception):
-    """A load that did not happen. ``kind`` is "unusable", "failed",
-    "usage" or "mpi"; ``reason`` the message lines; ``hint`` how to fix it
-    ("" if none)."""
+    """A load (or harvest) that did not happen. ``kind`` is "unusable",
+    "failed", "usage" or "mpi"; ``reason`` the message lines; ``hint`` how
+    to fix it ("" if none)."""
 
     def __init__(self, kind: str, reason: str, hint: str = "") -> None:
         self.kind = kind
@@ -26,6 +26,13 @@ class LoadFailedError(KbundleError):
     ``strict=True``, the same on every rank."""
 
 
+class HarvestFailedError(KbundleError):
+    """The harvest failed (the set's layer could not be written, a file
+    changed while it was sent, the set has too many layers) and nothing
+    was published: raised by :func:`kbundle.harvest` with ``strict=True``,
+    the same on every rank."""
+
+
 class KbundleUsageError(KbundleError, ValueError):
     """A bad argument or KBUNDLE_ variable on some rank: raised on every
     rank, whatever ``strict`` says."""
@@ -39,8 +46,9 @@ class KbundleMPIError(KbundleError, RuntimeError):
 
 
 class KbundleWarning(UserWarning):
-    """Issued on rank 0 when the bundle was not loaded (without
-    ``strict``) or when nodes differ from the machine it was warmed on."""
+    """Issued on rank 0 when the bundle was not loaded or the harvest
+    failed (without ``strict``), or when nodes differ from the machine it
+    was warmed on."""
 
 
 def message(reason: str, hint: str) -> str:

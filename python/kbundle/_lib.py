@@ -57,6 +57,10 @@ def path_for(version: str) -> Path:
 #: The functions of libkbundle the package calls.
 _SYMBOLS = ("kbundle_load", "kbundle_mpi_family", "kbundle_free")
 
+#: Functions of newer libkbundles, looked up when called (function): a
+#: library built before them still loads for load_bundle.
+_LATER = ("kbundle_harvest",)
+
 
 def library(version: str) -> ctypes.CDLL:
     """Loads (once per process) the libkbundle for the MPI whose
@@ -87,8 +91,9 @@ def library(version: str) -> ctypes.CDLL:
                 "hint: build it with `make python` in kbundle's source tree"
                 + (", or unset KBUNDLE_LIBRARY" if os.environ.get("KBUNDLE_LIBRARY") else ""),
             ) from e
-        load.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
-        load.restype = ctypes.c_void_p
+        for f in [load] + [getattr(lib, n) for n in _LATER if hasattr(lib, n)]:
+            f.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
+            f.restype = ctypes.c_void_p
         mpi_family.argtypes = []
         mpi_family.restype = ctypes.c_void_p
         free.argtypes = [ctypes.c_void_p]
@@ -191,6 +196,21 @@ def _trusted_ids() -> Tuple[Set[int], Set[int]]:
             except KeyError:
                 raise KbundleUsageError("usage", f"{env}: {n!r} is not a known name or a number") from None
     return out
+
+
+def function(lib: ctypes.CDLL, name: str) -> Callable[[int, bytes], Optional[int]]:
+    """The collective entry name of lib (kbundle_load, kbundle_harvest):
+    char *name(long long comm, const char *request)."""
+    try:
+        fn: Callable[[int, bytes], Optional[int]] = getattr(lib, name)
+    except AttributeError:
+        raise KbundleMPIError(
+            "mpi",
+            f"{_loaded_path} has no function {name}: it was built by an older kbundle",
+            "hint: build it again with `make python` in kbundle's source tree"
+            + (", or unset KBUNDLE_LIBRARY" if os.environ.get("KBUNDLE_LIBRARY") else ""),
+        ) from None
+    return fn
 
 
 def loaded_path() -> str:

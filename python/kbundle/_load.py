@@ -9,11 +9,12 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from . import _frameworks, _lib
 from ._errors import (
     BundleUnusableError,
+    KbundleError,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
@@ -161,20 +162,7 @@ def load_bundle(
         req["allow_missing"] = bool(allow_missing)
     req["parents"] = bool(parents)
     req["replace_presets"] = bool(replace_presets)
-    from mpi4py import MPI
-
-    if not isinstance(comm, MPI.Comm):
-        raise TypeError(f"comm: want an mpi4py communicator, got {type(comm).__name__}")
-    if comm == MPI.COMM_NULL:
-        raise KbundleUsageError("usage", "comm is MPI.COMM_NULL: call load_bundle on the ranks of a communicator")
-    if comm.Is_inter():
-        raise KbundleUsageError("usage", "comm is an intercommunicator: pass an intracommunicator such as MPI.COMM_WORLD")
-    lib = _lib.library(MPI.Get_library_version())
-    raw = _lib.take_string(lib, lib.kbundle_load(comm.py2f(), json.dumps(req).encode("utf-8")))
-    try:
-        out: Dict[str, Any] = json.loads(raw)
-    except ValueError as e:
-        raise KbundleMPIError("mpi", f"libkbundle returned a bad result: {e}: {raw[:200]!r}") from e
+    out = call("kbundle_load", "load_bundle", comm, req)
     rank0 = comm.Get_rank() == 0
     if not out.get("ok"):
         return _failure(out, strict, rank0)
@@ -218,6 +206,28 @@ def load_bundle(
     return res
 
 
+def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dict[str, Any]:
+    """Checks comm, then calls libkbundle's collective entry function
+    (kbundle_load, kbundle_harvest) for the package's function name over
+    it with request req, and returns its JSON answer."""
+    from mpi4py import MPI
+
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(f"comm: want an mpi4py communicator, got {type(comm).__name__}")
+    if comm == MPI.COMM_NULL:
+        raise KbundleUsageError("usage", f"comm is MPI.COMM_NULL: call {name} on the ranks of a communicator")
+    if comm.Is_inter():
+        raise KbundleUsageError("usage", "comm is an intercommunicator: pass an intracommunicator such as MPI.COMM_WORLD")
+    lib = _lib.library(MPI.Get_library_version())
+    fn = _lib.function(lib, function)
+    raw = _lib.take_string(lib, fn(comm.py2f(), json.dumps(req).encode("utf-8")))
+    try:
+        out: Dict[str, Any] = json.loads(raw)
+    except ValueError as e:
+        raise KbundleMPIError("mpi", f"libkbundle returned a bad result: {e}: {raw[:200]!r}") from e
+    return out
+
+
 def _request(
     bundle: Optional[PathArg],
     dest: Optional[PathArg],
@@ -229,8 +239,8 @@ def _request(
     """Checks the arguments' types (the same on every rank: nothing
     collective has started) and builds kbundle_load's request."""
     req: Dict[str, Any] = {
-        "bundle": _path("bundle", bundle),
-        "dest": _path("dest", dest),
+        "bundle": path("bundle", bundle),
+        "dest": path("dest", dest),
         "force": bool(force),
         # Go copies the environment when the library loads; pass today's.
         "environ": dict(os.environ),
@@ -246,18 +256,22 @@ def _request(
         req["presets"] = list(preset)
     else:
         raise TypeError("preset: want a name, a sequence of names or None")
-    if timeout is None:
-        req["timeout"] = None
-    elif isinstance(timeout, datetime.timedelta):
-        req["timeout"] = timeout.total_seconds()
-    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
-        req["timeout"] = float(timeout)
-    else:
-        raise TypeError(f"timeout: want seconds or a timedelta, got {type(timeout).__name__}")
+    req["timeout"] = seconds(timeout)
     return req
 
 
-def _path(name: str, p: Optional[PathArg]) -> str:
+def seconds(timeout: Union[float, datetime.timedelta, None]) -> Optional[float]:
+    """The timeout argument as the request's seconds (None: not given)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
+    if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        return float(timeout)
+    raise TypeError(f"timeout: want seconds or a timedelta, got {type(timeout).__name__}")
+
+
+def path(name: str, p: Optional[PathArg]) -> str:
     if p is None:
         return ""
     s = os.fspath(p)
@@ -274,6 +288,19 @@ def _lines(out: Dict[str, Any]) -> List[str]:
 
 
 def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
+    kind, reason, hint = failure(out, strict, rank0, LoadFailedError, stacklevel=4)
+    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
+
+
+def failure(
+    out: Dict[str, Any], strict: bool, rank0: bool, failed: Type[KbundleError], stacklevel: int
+) -> Tuple[str, str, str]:
+    """What a failed answer out means, by its kind (Go's one
+    classification, loadcmd.KindOf): "usage" raises KbundleUsageError and
+    "mpi" KbundleMPIError, whatever strict says; "unusable" and "failed"
+    raise BundleUnusableError and failed with strict, else issue one
+    KbundleWarning on rank 0 with Go's lines. Returns kind, reason and
+    hint."""
     kind = str(out.get("kind", "mpi"))
     reason = str(out.get("reason", "unknown failure"))
     hint = str(out.get("hint", ""))
@@ -282,9 +309,9 @@ def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
     if kind not in ("unusable", "failed"):
         raise KbundleMPIError(kind, reason, hint)
     if strict:
-        cls = BundleUnusableError if kind == "unusable" else LoadFailedError
+        cls = BundleUnusableError if kind == "unusable" else failed
         raise cls(kind, reason, hint)
     if rank0:
-        warnings.warn("\n".join([message(reason, hint)] + _lines(out)), KbundleWarning, stacklevel=3)
-    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
+        warnings.warn("\n".join([message(reason, hint)] + _lines(out)), KbundleWarning, stacklevel=stacklevel)
+    return kind, reason, hint
 

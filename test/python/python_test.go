@@ -101,7 +101,7 @@ func doInstall(py string) (string, error) {
 			return "", fmt.Errorf("pip did not install the library: %v", err)
 		}
 	}
-	for _, f := range []string{"py.typed", "__init__.py", "_load.py"} {
+	for _, f := range []string{"py.typed", "__init__.py", "_load.py", "_harvest.py"} {
 		if _, err := os.Stat(filepath.Join(site, "kbundle", f)); err != nil {
 			return "", fmt.Errorf("pip did not install kbundle/%s: %v", f, err)
 		}
@@ -249,19 +249,39 @@ func TestPytestUnderMPI(t *testing.T) {
 	for _, v := range testutil.MPIVariants {
 		for _, np := range []int{1, 2, 4} {
 			t.Run(testutil.Describe(v, np), func(t *testing.T) {
-				py := python(t, v)
-				site := install(t, py)
-				out := t.TempDir()
-				env := append(fixtures(t), "KBUNDLE_PYTEST_VARIANT="+string(v), "PYTHONPATH="+site,
-					"PYTHONDONTWRITEBYTECODE=1", "KBUNDLE_LIBRARY=", "KBUNDLE_CACHE_DIR=", "KBUNDLE_LOCAL_DIR=")
-				so, se, code := testutil.RunMPI(t, v, np, env, "sh", "-c", rankTask, py, testfile, out)
-				launch := fmt.Sprintf("launcher exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
-				checkRanks(t, out, np, launch)
-				if code != 0 && !t.Failed() {
-					t.Errorf("%s", launch)
-				}
+				pytestUnderMPI(t, v, np, testfile)
 			})
 		}
+	}
+}
+
+// pytestUnderMPI runs pytest on testfile on np ranks of v's launcher,
+// with the fixtures, and checks every rank's report.
+func pytestUnderMPI(t *testing.T, v testutil.Variant, np int, testfile string) {
+	t.Helper()
+	py := python(t, v)
+	site := install(t, py)
+	out := t.TempDir()
+	env := append(fixtures(t), "KBUNDLE_PYTEST_VARIANT="+string(v), "PYTHONPATH="+site,
+		"PYTHONDONTWRITEBYTECODE=1", "KBUNDLE_LIBRARY=", "KBUNDLE_CACHE_DIR=", "KBUNDLE_LOCAL_DIR=", "KBUNDLE_BUNDLE=")
+	start := time.Now()
+	so, se, code := testutil.RunMPI(t, v, np, env, "sh", "-c", rankTask, py, testfile, out)
+	launch := fmt.Sprintf("launcher exit %d\nstdout:\n%s\nstderr:\n%s", code, so, se)
+	checkRanks(t, out, np, launch)
+	if code != 0 && !t.Failed() {
+		t.Errorf("%s", launch)
+	}
+	t.Logf("%s at np %d: %v", filepath.Base(testfile), np, time.Since(start).Round(time.Millisecond))
+}
+
+// TestHarvestUnderMPI runs test_harvest.py (kbundle.harvest: load on two
+// fake nodes, one compiles, harvest writes one layer, the same result on
+// both ranks; again: no layer; a failure: the same exception on both)
+// under mpirun (Open MPI) and mpiexec.hydra (MPICH) at 2 ranks.
+func TestHarvestUnderMPI(t *testing.T) {
+	testfile := filepath.Join(testutil.RepoRoot(), "test", "python", "test_harvest.py")
+	for _, v := range testutil.MPIVariants {
+		t.Run(testutil.Describe(v, 2), func(t *testing.T) { pytestUnderMPI(t, v, 2, testfile) })
 	}
 }
 

@@ -26,7 +26,19 @@ from typing import Any, Dict, List, Optional
 
 import warnings
 
-from kbundle import KbundleMPIError, KbundleWarning, _frameworks, _lib, _load
+import ctypes
+
+from kbundle import (
+    HarvestFailedError,
+    HarvestNode,
+    KbundleMPIError,
+    KbundleUsageError,
+    KbundleWarning,
+    _frameworks,
+    _harvest,
+    _lib,
+    _load,
+)
 
 OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI"
 
@@ -123,6 +135,15 @@ class LibraryTest(unittest.TestCase):
         self.assertIn(f"{lib} is not a libkbundle (it has no function kbundle_load)", e.reason)
         self.assertIn("unset KBUNDLE_LIBRARY", e.hint)
         self.assertEqual(self.ran_names(), "nosymbols\n")
+
+    def test_no_harvest_in_an_older_library(self) -> None:
+        # A library built before harvest loads (load_bundle works); harvest
+        # names what is missing.
+        lib = build(self.dir / "old", "old")
+        with self.assertRaises(KbundleMPIError) as cm:
+            _lib.function(ctypes.CDLL(str(lib)), "kbundle_harvest")
+        self.assertIn("has no function kbundle_harvest: it was built by an older kbundle", cm.exception.reason)
+        self.assertIn("make python", cm.exception.hint)
 
     def test_untrusted_is_not_loaded(self) -> None:
         os.chmod(self.dir, 0o700)
@@ -329,6 +350,62 @@ class WarningTest(unittest.TestCase):
     def test_no_texts_of_its_own(self) -> None:
         src = Path(_load.__file__).read_text()
         for text in ("as if to deny", "has nothing for preset", "compiled kernels may miss", "compiles its kernels as usual"):
+            self.assertNotIn(text, src)
+
+
+class HarvestTest(unittest.TestCase):
+    """harvest() reads libkbundle's answer (loadcmd.HarvestOutcome) into a
+    HarvestResult, maps its kind as load_bundle does, and prints Go's
+    lines: it has no texts of its own."""
+
+    OUT: Dict[str, Any] = {
+        "ok": True,
+        "nodes": [
+            {"host": "kbn1", "first_rank": 0, "last_rank": 1, "entries": 0, "bytes": 0, "also_on_other_nodes": 0,
+             "chosen": 0},
+            {"host": "kbn2", "first_rank": 2, "last_rank": 3, "entries": 2, "bytes": 30, "also_on_other_nodes": 1,
+             "chosen": 2, "skipped": [{"name": "link", "why": "symlink"}]},
+        ],
+        "units": 1, "files": 2, "bytes": 30, "layer": "/s/set.kbundle.d/000001-ab.kbundle", "base": False,
+        "digest": "xxh3-128:aa", "content": "xxh3-128:bb", "packed_bytes": 400, "set": "/s/set.kbundle",
+        "report": ["kbn1 (ranks 0-1): from Go", "kbn2 (ranks 2-3): from Go", "wrote: from Go"],
+        "warnings": [],
+    }
+
+    def test_result(self) -> None:
+        res = _harvest.result(self.OUT)
+        self.assertTrue(res)
+        self.assertEqual(res.bundle, "/s/set.kbundle")
+        self.assertEqual(res.layer, "/s/set.kbundle.d/000001-ab.kbundle")
+        self.assertEqual((res.units, res.files, res.bytes, res.base, res.packed_bytes), (1, 2, 30, False, 400))
+        self.assertEqual((res.digest, res.content_digest), ("xxh3-128:aa", "xxh3-128:bb"))
+        self.assertEqual(res.report, tuple(self.OUT["report"]))
+        self.assertEqual(res.nodes[1], HarvestNode(host="kbn2", first_rank=2, last_rank=3, entries=2, bytes=30,
+                                                   also_on_other_nodes=1, chosen=2, skipped=(("link", "symlink"),)))
+        self.assertEqual(res.nodes[1].ranks, range(2, 4))
+        none = _harvest.result(dict(self.OUT, layer="", digest="", content=""))
+        self.assertTrue(none)
+        self.assertIsNone(none.layer)
+
+    def test_failure(self) -> None:
+        out: Dict[str, Any] = {"ok": False, "kind": "failed", "reason": "harvest: from Go", "warnings": []}
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            kind, reason, hint = _load.failure(out, False, True, HarvestFailedError, stacklevel=2)
+        self.assertEqual((kind, reason, hint), ("failed", "harvest: from Go", ""))
+        self.assertEqual([str(w.message) for w in got], ["kbundle: harvest: from Go"])
+        with self.assertRaises(HarvestFailedError) as cm:
+            _load.failure(out, True, True, HarvestFailedError, stacklevel=2)
+        self.assertEqual(str(cm.exception), "kbundle: harvest: from Go")
+        with self.assertRaises(KbundleUsageError):
+            _load.failure(dict(out, kind="usage"), False, True, HarvestFailedError, stacklevel=2)
+        with self.assertRaises(KbundleMPIError):
+            _load.failure(dict(out, kind="mpi"), False, True, HarvestFailedError, stacklevel=2)
+
+    def test_no_texts_of_its_own(self) -> None:
+        src = Path(_harvest.__file__).read_text()
+        for text in ("wrote a new layer", "first bundle", "nothing new:", "would write", "the bundle lacked",
+                     "also on other nodes", "not harvested:"):
             self.assertNotIn(text, src)
 
 

@@ -15,11 +15,22 @@ import (
 // collective can be abandoned half-way. d <= 0: no guard. Both front ends
 // arm it, rank being this process's rank and host its name.
 func Guard(f Front, d time.Duration, rank int, host string, abort func(msg string)) (stop func()) {
-	why := "a node or link may be down"
+	return GuardFor(f.name(), f.why(), d, rank, host, abort)
+}
+
+// HarvestGuard is Guard for a harvest (`kbundle harvest`, the binding's
+// harvest()): the message names harvest.
+func HarvestGuard(f Front, d time.Duration, rank int, host string, abort func(msg string)) (stop func()) {
+	return GuardFor("harvest", f.why(), d, rank, host, abort)
+}
+
+// why says what may have happened when front f's collective did not
+// finish in time.
+func (f Front) why() string {
 	if f == Python {
-		why += ", or a rank did not call it"
+		return "a node or link may be down, or a rank did not call it"
 	}
-	return GuardFor(f.name(), why, d, rank, host, abort)
+	return "a node or link may be down"
 }
 
 // GuardFor is Guard for the collective named what (harvest), why saying

@@ -11,7 +11,11 @@
 //     one classification of failures (KindOf) into exit codes and
 //     Python's exceptions, and the hints;
 //   - the load itself between them (run.go), and what both share besides
-//     (loadcmd.go: the job id, the default destination, failure lines).
+//     (loadcmd.go: the job id, the default destination, failure lines);
+//   - the harvest's front door beside the load's (harvest.go): its
+//     request resolved through the same settings, its outcome, and the
+//     report lines `kbundle harvest` prints and the binding's harvest()
+//     returns.
 //
 // The front ends keep only what is theirs: flags or JSON in, MPI set-up,
 // text or JSON out. It never exits, prints, or initialises MPI. The

@@ -211,7 +211,7 @@ func Hint(f Front, err error) string {
 	case errors.Is(err, mpi.ErrABI):
 		return "hint: use the libkbundle built with this MPI's mpicc (the Python package picks it from mpi4py's MPI unless KBUNDLE_LIBRARY says otherwise)"
 	case errors.Is(err, mpi.ErrNotInitialized):
-		return "hint: import mpi4py.MPI (which initialises MPI) before calling load_bundle"
+		return initHint("load_bundle")
 	case errors.Is(err, ErrUsage), errors.Is(err, broadcast.ErrComm), errors.Is(err, bundle.ErrDestination),
 		errors.Is(err, bundle.ErrNoSpace), errors.Is(err, context.Canceled):
 		return "" // the message says why and what to do, or nothing is to fix
@@ -237,6 +237,12 @@ func Hint(f Front, err error) string {
 		return "hint: the destination is not writable by you; choose another " + dest
 	}
 	return "hint: the problem is the destination, not the bundle; check " + dest + "'s path, permissions and free space"
+}
+
+// initHint is the hint for MPI not initialised when the binding's call
+// what (load_bundle, harvest) ran.
+func initHint(what string) string {
+	return "hint: import mpi4py.MPI (which initialises MPI) before calling " + what
 }
 
 // Safe returns s unchanged when it is valid UTF-8 without control,

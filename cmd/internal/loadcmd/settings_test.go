@@ -45,6 +45,40 @@ func TestPythonKeywordsAreTheSettings(t *testing.T) {
 	}
 }
 
+// TestHarvestKeywordsAreSettings: harvest()'s keywords are settings of
+// the table (resolved by ResolveHarvest, as load_bundle's by Resolve),
+// but for comm, strict and dry_run, which are its own; and docs/python.md
+// lists them.
+func TestHarvestKeywordsAreSettings(t *testing.T) {
+	src := readRepo(t, "python/kbundle/_harvest.py")
+	m := regexp.MustCompile(`(?s)\ndef harvest\((.*?)\) -> HarvestResult:`).FindStringSubmatch(src)
+	if m == nil {
+		t.Fatal("no def harvest in _harvest.py")
+	}
+	keywords := map[string]bool{}
+	for _, s := range Settings {
+		if s.Keyword != "" {
+			keywords[s.Keyword] = true
+		}
+	}
+	python := readRepo(t, "docs/python.md")
+	_, section, _ := strings.Cut(python, "## Harvest")
+	var got []string
+	for _, p := range regexp.MustCompile(`(?m)^\s*(\w+):`).FindAllStringSubmatch(m[1], -1) {
+		name := p[1]
+		got = append(got, name)
+		if name != "comm" && name != "strict" && name != "dry_run" && !keywords[name] {
+			t.Errorf("harvest's keyword %s is not a setting of loadcmd.Settings", name)
+		}
+		if name != "comm" && !strings.Contains(section, "| `"+name+"` |") {
+			t.Errorf("docs/python.md's harvest section does not list `%s`", name)
+		}
+	}
+	if !slices.Equal(got, []string{"comm", "bundle", "dest", "timeout", "dry_run", "strict"}) {
+		t.Errorf("harvest's arguments %q", got)
+	}
+}
+
 // TestDocsListEverySetting keeps docs/usage.md in step with Settings: its
 // environment table names every variable, and the load section every
 // flag; docs/python.md names every keyword.
@@ -81,7 +115,7 @@ func TestAdaptersAreThin(t *testing.T) {
 		regexp.MustCompile(`time\.AfterFunc`), // the guard: Guard
 		regexp.MustCompile(`nothing was installed|belongs to another user|nothing for preset|warmed on`),
 	}
-	for _, f := range []string{"cmd/kbundle/load.go", "cmd/libkbundle/load.go"} {
+	for _, f := range []string{"cmd/kbundle/load.go", "cmd/libkbundle/load.go", "cmd/libkbundle/harvest.go"} {
 		for i, line := range strings.Split(readRepo(t, f), "\n") {
 			if strings.HasPrefix(strings.TrimSpace(line), "//") {
 				continue

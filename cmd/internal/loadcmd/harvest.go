@@ -1,0 +1,203 @@
+package loadcmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/harvest"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
+)
+
+// The harvest's front door, beside the load's: `kbundle harvest`'s
+// report lines (HarvestReport) and the Python binding's harvest()
+// (kbundle_harvest in cmd/libkbundle: HarvestRequest in, HarvestOutcome
+// out). A harvest has the settings of the table it shares with load
+// (bundle, dir, to/dest, timeout and the knobs: the trust variables,
+// KBUNDLE_TEST_RANKS_PER_NODE), resolved by the same code, and one more,
+// dry-run, its own.
+
+// A HarvestRequest is what the user asked of a harvest; the zero value
+// asks for every default. It is also kbundle_harvest's JSON argument.
+type HarvestRequest struct {
+	Bundle  string            `json:"bundle"`  // the set; "": not given
+	Dir     string            `json:"-"`       // the cache directory (the CLI's --dir); "": not given
+	Dest    string            `json:"dest"`    // the DEST load installed; "": not given
+	Timeout *float64          `json:"timeout"` // seconds; nil: not given; 0: none
+	DryRun  bool              `json:"dry_run"` // report what would be harvested; move and write nothing
+	Environ map[string]string `json:"environ"` // as Request.Environ
+}
+
+// HarvestOptions are a resolved HarvestRequest: everything a harvest
+// needs but its DEST's default name, which needs the job id (JobID,
+// collective).
+type HarvestOptions struct {
+	Timeout time.Duration // 0: none
+	plan    harvest.Plan  // all but Dest
+	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
+	getenv  func(string) string
+}
+
+// DecodeHarvest reads kbundle_harvest's JSON request.
+func DecodeHarvest(b []byte) (HarvestRequest, error) {
+	var r HarvestRequest
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, usagef("bad request: %v", err)
+	}
+	return r, nil
+}
+
+// ResolveHarvest reads r as front f reads it, on rank rank, as Resolve
+// reads a load's: each setting from the Settings table (the value given,
+// else its variable, else the default), checked by the same code. It
+// makes no collective call. An error is this rank's and matches ErrUsage;
+// only rank 0 needs a set (Python: the others' is not read). Timeout is
+// set whatever the error.
+func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err error) {
+	lr := Request{Bundle: r.Bundle, Dir: r.Dir, Dest: r.Dest, Timeout: r.Timeout, Environ: r.Environ}
+	o.getenv = lr.getenv(f)
+	if o.Timeout, err = resolveTimeout(lr, f, o.getenv); err != nil {
+		o.Timeout = DefaultTimeout
+		return o, err
+	}
+	k, err := knobs(o.getenv)
+	if err != nil {
+		return o, &usageError{err}
+	}
+	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun}
+	if o.dest = r.Dest; o.dest == "" {
+		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
+	}
+	if f == CLI && strings.IndexFunc(o.dest, unicode.IsControl) >= 0 {
+		return o, usagef("--to %s: control characters are not allowed in DEST", Safe(o.dest))
+	}
+	none := lr.Bundle == "" && lr.Dir == "" && o.getenv("KBUNDLE_BUNDLE") == "" && o.getenv(broadcast.CacheDirEnv) == ""
+	switch {
+	case none && f == CLI:
+		return o, usagef("no bundle set: pass --bundle PATH or --dir DIR, or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
+	case none && rank == 0: // only rank 0's set is used
+		return o, usagef("no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
+	}
+	o.plan.Bundle, err = resolveBundle(lr, f, o.getenv, rank)
+	return o, err
+}
+
+// Plan returns the harvest's plan once the job id is known (JobID): Dest
+// as load's (the one given, absolute, or the job's default node-local
+// directory). Without MPI the process is one node.
+func (o HarvestOptions) Plan(job string, usingMPI bool) (harvest.Plan, error) {
+	p := o.plan
+	var err error
+	p.Dest, err = Dest(o.dest, o.getenv, job)
+	if !usingMPI {
+		p.RanksPerNode = 0
+	}
+	return p, err
+}
+
+// HarvestOutcome is what a harvest did, in one JSON shape: kbundle_harvest's
+// answer (every rank). On success OK is true, the summary's fields
+// (harvest.Summary, as `kbundle harvest --json` prints it) are filled and
+// Report holds the lines `kbundle harvest` prints; otherwise Kind, Reason
+// (lines, without the "kbundle: " prefix) and Hint say why. Fields are
+// only ever added.
+type HarvestOutcome struct {
+	OK     bool   `json:"ok"`
+	Kind   Kind   `json:"kind,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Hint   string `json:"hint,omitempty"`
+	harvest.Summary
+	// Report is HarvestReport's lines, without the "kbundle: " prefix.
+	Report []string `json:"report"`
+	// Warnings are the lines rank 0 prints as warnings, without the
+	// "kbundle: " prefix (none yet: the report names what was skipped).
+	Warnings []string `json:"warnings"`
+}
+
+// Harvested is the outcome of a harvest that returned sum.
+func Harvested(sum *harvest.Summary) HarvestOutcome {
+	o := HarvestOutcome{OK: true, Summary: *sum, Report: HarvestReport(sum), Warnings: []string{}}
+	if o.Nodes == nil {
+		o.Nodes = []harvest.NodeReport{}
+	}
+	return o
+}
+
+// HarvestFailure is the outcome of a harvest that failed with err, in
+// front f's words; its Kind is KindOf's (a failure at rank 0 or a node,
+// nothing published: Failed).
+func HarvestFailure(f Front, err error) HarvestOutcome {
+	var hint string
+	switch {
+	case errors.Is(err, mpi.ErrNotInitialized):
+		hint = initHint("harvest")
+	case errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, mpi.ErrThreadLevel), errors.Is(err, mpi.ErrABI):
+		hint = Hint(f, err)
+	} // else: harvest's messages say what to do (merge, run it again)
+	return HarvestOutcome{Kind: KindOf(err), Reason: err.Error(), Hint: hint, Report: []string{}, Warnings: []string{}}
+}
+
+// Harvest harvests over world what o says, as front f does; collective.
+// local is this rank's error from ResolveHarvest: Python's ranks agree on
+// theirs first (only rank 0 needs a set), so that nobody enters the
+// harvest alone; the CLI's are the same on every rank and end it before
+// MPI. usingMPI: world is MPI's. Every rank returns the same outcome,
+// except a Comm failure; on success it is Harvested's.
+func Harvest(ctx context.Context, world broadcast.NodeComm, f Front, o HarvestOptions, local error, usingMPI bool) HarvestOutcome {
+	job, err := JobID(world, o.getenv)
+	if err != nil {
+		return HarvestFailure(f, AtComm(err))
+	}
+	plan, err := o.Plan(job, usingMPI)
+	if err != nil && local == nil {
+		local = &usageError{err}
+	}
+	if f == Python {
+		agreed, err := broadcast.Agree(world, local, load.MaxNamed)
+		if err != nil {
+			return HarvestFailure(f, AtComm(err))
+		}
+		local = nil
+		if agreed != nil {
+			local = &usageError{agreed} // argument problems: ErrUsage is not on the wire
+		}
+	}
+	if local != nil {
+		return HarvestFailure(f, local)
+	}
+	sum, err := harvest.Run(ctx, world, plan)
+	if err != nil {
+		if sum == nil {
+			err = AtComm(err) // no outcome from rank 0: this rank's failure
+		}
+		return HarvestFailure(f, err)
+	}
+	return Harvested(sum)
+}
+
+// HarvestReport is the report of a harvest that returned s, as rank 0
+// prints it (each line after "kbundle: "), the same words from every
+// front end: a line a node (harvest.Report), then what was written.
+func HarvestReport(s *harvest.Summary) []string {
+	lines := harvest.Report(s)
+	switch {
+	case s.DryRun:
+		lines = append(lines, fmt.Sprintf("dry run: would write %d files (%d cache units) to %s", s.Files, s.Units, s.Set))
+	case s.Layer == "":
+		lines = append(lines, fmt.Sprintf("nothing new: no layer written to %s", s.Set))
+	default:
+		what := "a new layer"
+		if s.Base {
+			what = "the set's first bundle"
+		}
+		lines = append(lines, fmt.Sprintf("wrote %s, %s: %d files (%d cache units, %.1f MiB)", what, s.Layer, s.Files, s.Units, float64(s.Bytes)/(1<<20)))
+	}
+	return lines
+}

@@ -1,0 +1,193 @@
+"""harvest: `kbundle harvest` inside an mpi4py program."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
+
+from ._errors import HarvestFailedError, KbundleWarning
+from ._load import PathArg, _lines, call, failure, path, seconds
+
+if TYPE_CHECKING:  # mpi4py is imported at call time only
+    from mpi4py import MPI
+
+
+@dataclass(frozen=True)
+class HarvestNode:
+    """What one node compiled that the set lacked: one line of the
+    report (``kbundle harvest``'s)."""
+
+    #: The node's name (its leader's host name).
+    host: str
+    #: Its ranks of comm: first_rank to last_rank (``ranks``).
+    first_rank: int
+    last_rank: int
+    #: New and changed files in its DEST that the set lacked, and their size.
+    entries: int = 0
+    bytes: int = 0
+    #: How many of them other nodes compiled too (the same bytes).
+    also_on_other_nodes: int = 0
+    #: Files taken from this node for the layer (each cache unit is taken
+    #: whole from the lowest rank holding it).
+    chosen: int = 0
+    #: Paths left out, and why: (name, why) pairs (symlinks, special
+    #: files, unreadable files, other owners' files, kbundle's own).
+    skipped: Tuple[Tuple[str, str], ...] = ()
+    #: Why the node was not harvested ("" when it was): a DEST without
+    #: install record (no_record), one that cannot be read.
+    error: str = ""
+    no_record: bool = False
+    #: The node has no DEST (nothing was loaded there).
+    missing_dest: bool = False
+
+    @property
+    def ranks(self) -> range:
+        """The node's ranks of comm."""
+        return range(self.first_rank, self.last_rank + 1)
+
+
+@dataclass(frozen=True)
+class HarvestResult:
+    """What :func:`harvest` did, the same on every rank. Truthy when the
+    harvest succeeded, whether or not it wrote a layer (``layer``).
+
+    On failure (``ok`` False, without ``strict``) ``kind`` is "failed"
+    (nothing was published), ``reason`` and ``hint`` say why, and the
+    other fields are empty.
+    """
+
+    ok: bool
+    reason: str = ""
+    hint: str = ""
+    kind: str = ""
+    #: The set harvested into (rank 0's ``bundle``).
+    bundle: str = ""
+    #: One report a node of comm, in rank order.
+    nodes: Tuple[HarvestNode, ...] = ()
+    #: Cache units and files written (with ``dry_run``: that would be
+    #: written), and the files' size.
+    units: int = 0
+    files: int = 0
+    bytes: int = 0
+    #: The bundle written: a new layer of the set (``bundle.d/NNNNNN-….kbundle``),
+    #: or the set itself when none existed (``base``); None when nothing
+    #: was written (nothing new, or ``dry_run``).
+    layer: Optional[str] = None
+    base: bool = False
+    #: The layer's whole-file and content digests ("xxh3-128:…"; "" when
+    #: none was written), and its size.
+    digest: str = ""
+    content_digest: str = ""
+    packed_bytes: int = 0
+    dry_run: bool = False
+    #: The report ``kbundle harvest`` prints, in Go's words, without
+    #: "kbundle: ": a line a node (identical lines merged), then what was
+    #: written. harvest() does not print it.
+    report: Tuple[str, ...] = ()
+    #: The warnings rank 0 issued as KbundleWarning (libkbundle's words,
+    #: without "kbundle: ").
+    warnings: Tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def harvest(
+    comm: "MPI.Comm",
+    bundle: Optional[PathArg] = None,
+    dest: Optional[PathArg] = None,
+    *,
+    timeout: Union[float, datetime.timedelta, None] = None,
+    dry_run: bool = False,
+    strict: bool = False,
+) -> HarvestResult:
+    """Gathers what the job compiled into its bundle set, as a new layer,
+    as ``kbundle harvest`` does; collective: call it on every rank of comm
+    (an intracommunicator), with the same arguments, typically at the end
+    of a job that called :func:`load_bundle`.
+
+    Each node's leader compares its dest with the install record
+    load_bundle wrote there and sends rank 0 the list of its new and
+    changed files; rank 0 takes each cache unit whole from the lowest
+    rank holding it, receives only those bytes and writes them as one new
+    layer of the set (the set itself when none exists yet). A job that
+    compiled nothing writes nothing.
+
+    bundle: the set (rank 0's is used); default $KBUNDLE_BUNDLE, else
+    $KBUNDLE_CACHE_DIR/cache.kbundle.
+    dest: the node-local directory load_bundle installed; default as
+    load_bundle's: $KBUNDLE_LOCAL_DIR, else $TMPDIR/kbundle-USER-JOB (or
+    /tmp/...).
+    timeout: seconds or a timedelta; default $KBUNDLE_TIMEOUT, else 10
+    minutes; 0: none. When it runs out the whole job is ended with
+    MPI_Abort.
+    dry_run: report what would be harvested; move and write nothing.
+    strict: raise instead of warning when the harvest failed.
+
+    Every rank returns the same HarvestResult: the per-node reports, what
+    was written (``layer``, None if nothing), and ``report``, the lines
+    ``kbundle harvest`` prints. When the harvest fails (nothing is
+    published) every rank gets the same outcome: by default a
+    KbundleWarning on rank 0 and a falsy result with the reason; with
+    strict=True, HarvestFailedError on every rank. Bad arguments raise
+    KbundleUsageError (or TypeError) and MPI problems KbundleMPIError,
+    whatever strict says.
+    """
+    req: Dict[str, Any] = {
+        "bundle": path("bundle", bundle),
+        "dest": path("dest", dest),
+        "timeout": seconds(timeout),
+        "dry_run": bool(dry_run),
+        # Go copies the environment when the library loads; pass today's.
+        "environ": dict(os.environ),
+    }
+    out = call("kbundle_harvest", "harvest", comm, req)
+    rank0 = comm.Get_rank() == 0
+    if not out.get("ok"):
+        kind, reason, hint = failure(out, strict, rank0, HarvestFailedError, stacklevel=3)
+        return HarvestResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
+    res = result(out)
+    if rank0:
+        for line in _lines(out):
+            warnings.warn(line, KbundleWarning, stacklevel=2)
+    return res
+
+
+def result(out: Dict[str, Any]) -> HarvestResult:
+    """The HarvestResult of libkbundle's successful answer out
+    (loadcmd.HarvestOutcome)."""
+    nodes = tuple(
+        HarvestNode(
+            host=str(n.get("host", "")),
+            first_rank=int(n.get("first_rank", 0)),
+            last_rank=int(n.get("last_rank", 0)),
+            entries=int(n.get("entries", 0)),
+            bytes=int(n.get("bytes", 0)),
+            also_on_other_nodes=int(n.get("also_on_other_nodes", 0)),
+            chosen=int(n.get("chosen", 0)),
+            skipped=tuple((str(s.get("name", "")), str(s.get("why", ""))) for s in n.get("skipped") or ()),
+            error=str(n.get("error", "")),
+            no_record=bool(n.get("no_record", False)),
+            missing_dest=bool(n.get("missing_dest", False)),
+        )
+        for n in out.get("nodes") or ()
+    )
+    return HarvestResult(
+        ok=True,
+        bundle=str(out.get("set", "")),
+        nodes=nodes,
+        units=int(out.get("units", 0)),
+        files=int(out.get("files", 0)),
+        bytes=int(out.get("bytes", 0)),
+        layer=str(out["layer"]) if out.get("layer") else None,
+        base=bool(out.get("base", False)),
+        digest=str(out.get("digest", "")),
+        content_digest=str(out.get("content", "")),
+        packed_bytes=int(out.get("packed_bytes", 0)),
+        dry_run=bool(out.get("dry_run", False)),
+        report=tuple(out.get("report") or ()),
+        warnings=tuple(out.get("warnings") or ()),
+    )
