@@ -39,10 +39,7 @@ import (
 // P2P is what Run needs of the leaders' communicator besides
 // broadcast.NodeComm: point-to-point bytes (mpi.Comm and
 // broadcasttest.Comm have them).
-type P2P interface {
-	Send(buf []byte, dest, tag int) error
-	Recv(buf []byte, src, tag int) error
-}
+type P2P = broadcast.P2P
 
 // A Plan says what Run harvests.
 type Plan struct {
@@ -203,10 +200,10 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
 	if group.Rank() != 0 {
 		b, _ := json.Marshal(mine)
-		if err := sendMsg(p2p, b, 0, tagList); err != nil {
+		if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {
 			return nil, commErr("send the list", err)
 		}
-		b, err := recvMsg(p2p, 0, tagChoice)
+		b, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
 		if err != nil {
 			return nil, commErr("receive the choice", err)
 		}
@@ -214,7 +211,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		if err := json.Unmarshal(b, &choice); err != nil {
 			return nil, commErr("receive the choice", err)
 		}
-		origin, err := recvMsg(p2p, 0, tagChoice)
+		origin, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
 		if err != nil {
 			return nil, commErr("receive the origin", err)
 		}
@@ -227,7 +224,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	lists := []*list{mine}
 	for r := 1; r < group.Size(); r++ {
-		b, err := recvMsg(p2p, r, tagList)
+		b, err := broadcast.RecvMsg(p2p, r, tagList, maxMsg)
 		if err != nil {
 			return nil, commErr("receive a list", err)
 		}
@@ -718,45 +715,18 @@ func sendChoice(p P2P, r int, choice []int, origin string) error {
 		choice = []int{}
 	}
 	b, _ := json.Marshal(choice)
-	if err := sendMsg(p, b, r, tagChoice); err != nil {
+	if err := broadcast.SendMsg(p, b, r, tagChoice); err != nil {
 		return commErr("send the choice", err)
 	}
-	if err := sendMsg(p, []byte(origin), r, tagChoice); err != nil {
+	if err := broadcast.SendMsg(p, []byte(origin), r, tagChoice); err != nil {
 		return commErr("send the origin", err)
 	}
 	return nil
 }
 
 // sendMsg sends a length, then the bytes.
-func sendMsg(p P2P, b []byte, to, tag int) error {
-	n := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
-	if err := p.Send(n, to, tag); err != nil {
-		return err
-	}
-	if len(b) == 0 {
-		return nil
-	}
-	return p.Send(b, to, tag)
-}
-
 // maxMsg bounds a list or choice message.
 const maxMsg = 1 << 30
-
-func recvMsg(p P2P, from, tag int) ([]byte, error) {
-	n := make([]byte, 8)
-	if err := p.Recv(n, from, tag); err != nil {
-		return nil, err
-	}
-	size := binary.LittleEndian.Uint64(n)
-	if size > maxMsg {
-		return nil, fmt.Errorf("message of %d bytes from rank %d (limit %d)", size, from, maxMsg)
-	}
-	b := make([]byte, size)
-	if size == 0 {
-		return b, nil
-	}
-	return b, p.Recv(b, from, tag)
-}
 
 func commErr(what string, err error) error {
 	return fmt.Errorf("%w: harvest: %s: %w", broadcast.ErrComm, what, err)

@@ -2,10 +2,9 @@ package harvest
 
 import (
 	"fmt"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
+
+	"github.com/kbundle/kbundle/internal/hostlist"
 )
 
 // Report is the summary as lines: one per node of what it compiled that
@@ -59,7 +58,7 @@ func Report(s *Summary) []string {
 		l := byText[text]
 		who := l.hosts[0] + " (" + l.ranks + ")"
 		if len(l.hosts) > 1 {
-			who = Hostlist(l.hosts)
+			who = hostlist.Format(l.hosts)
 		}
 		out = append(out, who+": "+text)
 	}
@@ -76,55 +75,4 @@ func size(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-var hostRe = regexp.MustCompile(`^(.*?)([0-9]+)$`)
-
-// Hostlist writes host names in Slurm's hostlist form: kbn1, kbn2, kbn3,
-// kbn7 → kbn[1-3,7].
-func Hostlist(hosts []string) string {
-	type num struct {
-		n     int
-		s     string
-		width int
-	}
-	prefixes := []string{}
-	nums := map[string][]num{}
-	var plain []string
-	for _, h := range hosts {
-		m := hostRe.FindStringSubmatch(h)
-		if m == nil {
-			plain = append(plain, h)
-			continue
-		}
-		n, _ := strconv.Atoi(m[2])
-		if _, ok := nums[m[1]]; !ok {
-			prefixes = append(prefixes, m[1])
-		}
-		nums[m[1]] = append(nums[m[1]], num{n, m[2], len(m[2])})
-	}
-	out := plain
-	for _, p := range prefixes {
-		ns := nums[p]
-		slices.SortFunc(ns, func(a, b num) int { return a.n - b.n })
-		if len(ns) == 1 {
-			out = append(out, p+ns[0].s)
-			continue
-		}
-		var parts []string
-		for i := 0; i < len(ns); {
-			j := i
-			for j+1 < len(ns) && ns[j+1].n == ns[j].n+1 && ns[j+1].width == ns[i].width {
-				j++
-			}
-			if j > i {
-				parts = append(parts, ns[i].s+"-"+ns[j].s)
-			} else {
-				parts = append(parts, ns[i].s)
-			}
-			i = j + 1
-		}
-		out = append(out, p+"["+strings.Join(parts, ",")+"]")
-	}
-	return strings.Join(out, ",")
 }

@@ -123,6 +123,10 @@ type Summary struct {
 	// how this one differs, one "key: warmed on X, here Y" item a key.
 	MismatchNodes int
 	MismatchKeys  []string
+	// Notes (rank 0) are the nodes' notes, in rank order: every node that
+	// differs from the warm-up machine, with how (when the communicator
+	// has point-to-point messages; else rank 0's own only).
+	Notes []NodeNote
 	// Held is the most bundle bytes this leader held in memory at once.
 	Held int64
 	// Taken is Plan.Dest when another user held it on TakenNodes nodes
@@ -243,6 +247,11 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	}
 	if l.staged != nil {
 		l.staged.Commit() // the old tree, if any, is gone or will be removed as stale
+	}
+	if l.sum.Leader {
+		if err := l.gatherNotes(group); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.share(); err != nil {
 		return nil, err

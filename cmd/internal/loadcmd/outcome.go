@@ -12,6 +12,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostlist"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 )
@@ -41,6 +42,9 @@ type Outcome struct {
 	TotalSeconds  float64  `json:"total_seconds"`
 	MismatchNodes int      `json:"mismatch_nodes"`
 	MismatchKeys  []string `json:"mismatch_keys"`
+	// NodeNotes are, in rank order, the nodes that differ from the
+	// warm-up machine and how (rank 0; the warnings merge them).
+	NodeNotes []load.NodeNote `json:"node_notes"`
 	Presets       []string `json:"presets"`
 	EmptyPresets  []string `json:"empty_presets"` // leaders: named presets the bundle has nothing for
 	Env           []string `json:"env"`
@@ -70,12 +74,19 @@ func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
 		RawBytes: sum.RawBytes, Nodes: sum.Nodes, Ranks: sum.Ranks, MPI: usingMPI, Leader: sum.Leader,
 		ReadSeconds: sum.Read.Seconds(), BcastSeconds: sum.Bcast.Seconds(),
 		ExtractSecs: sum.Extract.Seconds(), TotalSeconds: sum.Total.Seconds(),
-		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys),
+		MismatchNodes: sum.MismatchNodes, MismatchKeys: orEmpty(sum.MismatchKeys), NodeNotes: notesOrEmpty(sum.Notes),
 		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
 		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
 		ContentDigest: sum.ContentDigest, AlreadyNodes: sum.InstalledNodes, Already: sum.AlreadyInstalled,
 		MissingSet: sum.Missing, Warnings: orEmpty(Warnings(sum)),
 	}
+}
+
+func notesOrEmpty(n []load.NodeNote) []load.NodeNote {
+	if n == nil {
+		return []load.NodeNote{}
+	}
+	return n
 }
 
 func orEmpty(s []string) []string {
@@ -107,6 +118,9 @@ func Warnings(sum *load.Summary) []string {
 		w = append(w, fmt.Sprintf("warning: the bundle has nothing for preset %s: its variables point at an empty directory",
 			strings.Join(sum.EmptyPresets, ", ")))
 	}
+	if len(sum.Notes) > 0 {
+		return append(w, mismatchWarnings(sum.Notes)...)
+	}
 	if nd := sum.MismatchNodes; nd > 0 {
 		what := "a node differs"
 		if nd > 1 {
@@ -117,6 +131,30 @@ func Warnings(sum *load.Summary) []string {
 			detail = " (rank 0's node: " + Safe(strings.Join(sum.MismatchKeys, "; ")) + ")"
 		}
 		w = append(w, fmt.Sprintf("warning: %s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail))
+	}
+	return w
+}
+
+// mismatchWarnings are one line for each way nodes differ from the
+// warm-up machine, the nodes that differ alike merged in hostlist form.
+func mismatchWarnings(notes []load.NodeNote) []string {
+	var order []string
+	hosts := map[string][]string{}
+	for _, n := range notes {
+		how := strings.Join(n.Mismatch, "; ")
+		if _, ok := hosts[how]; !ok {
+			order = append(order, how)
+		}
+		hosts[how] = append(hosts[how], n.Host)
+	}
+	var w []string
+	for _, how := range order {
+		verb := "differs"
+		if len(hosts[how]) > 1 {
+			verb = "differ"
+		}
+		w = append(w, fmt.Sprintf("warning: %s %s from the machine the cache was warmed on (%s); compiled kernels may miss",
+			Safe(hostlist.Format(hosts[how])), verb, Safe(how)))
 	}
 	return w
 }

@@ -80,3 +80,19 @@ func TestWarnings(t *testing.T) {
 		t.Errorf("%q", w)
 	}
 }
+
+// Nodes that differ alike from the warm-up machine are one warning, in
+// hostlist form; each other way is its own line.
+func TestWarningsMergeNodes(t *testing.T) {
+	other := []string{`host.cpu_model: warmed on "a", here "b"`}
+	notes := []load.NodeNote{{Host: "kbn1", Mismatch: other}, {Host: "kbn2", Mismatch: other},
+		{Host: "kbn7", Mismatch: []string{`host.cpu_model: warmed on "a", here "c"`}}, {Host: "kbn3", Mismatch: other}}
+	got := Warnings(&load.Summary{MismatchNodes: 4, Notes: notes})
+	want := []string{
+		`warning: kbn[1-3] differ from the machine the cache was warmed on (host.cpu_model: warmed on "a", here "b"); compiled kernels may miss`,
+		`warning: kbn7 differs from the machine the cache was warmed on (host.cpu_model: warmed on "a", here "c"); compiled kernels may miss`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("warnings\n%q\nwant\n%q", got, want)
+	}
+}

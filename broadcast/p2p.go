@@ -1,0 +1,44 @@
+package broadcast
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// P2P is point-to-point bytes between the ranks of a communicator, which
+// mpi.Comm (and so FromMPI's communicators) and broadcasttest.Comm have:
+// what gathering to rank 0 needs (harvest's lists, load's node notes).
+type P2P interface {
+	Send(buf []byte, dest, tag int) error
+	Recv(buf []byte, src, tag int) error
+}
+
+// SendMsg sends b to rank to as one message: its length, then its bytes.
+func SendMsg(p P2P, b []byte, to, tag int) error {
+	n := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
+	if err := p.Send(n, to, tag); err != nil {
+		return err
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return p.Send(b, to, tag)
+}
+
+// RecvMsg receives a message SendMsg sent from rank from, refusing one
+// longer than limit bytes.
+func RecvMsg(p P2P, from, tag int, limit uint64) ([]byte, error) {
+	n := make([]byte, 8)
+	if err := p.Recv(n, from, tag); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint64(n)
+	if size > limit {
+		return nil, fmt.Errorf("message of %d bytes from rank %d (limit %d)", size, from, limit)
+	}
+	b := make([]byte, size)
+	if size == 0 {
+		return b, nil
+	}
+	return b, p.Recv(b, from, tag)
+}

@@ -1,0 +1,62 @@
+// Package hostlist writes host names as Slurm writes them, identical
+// lines merged: kbn[1-998]. Harvest's report and load's per-node
+// warnings use it.
+package hostlist
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var hostRe = regexp.MustCompile(`^(.*?)([0-9]+)$`)
+
+// Format writes host names in Slurm's hostlist form: kbn1, kbn2, kbn3,
+// kbn7 → kbn[1-3,7].
+func Format(hosts []string) string {
+	type num struct {
+		n     int
+		s     string
+		width int
+	}
+	prefixes := []string{}
+	nums := map[string][]num{}
+	var plain []string
+	for _, h := range hosts {
+		m := hostRe.FindStringSubmatch(h)
+		if m == nil {
+			plain = append(plain, h)
+			continue
+		}
+		n, _ := strconv.Atoi(m[2])
+		if _, ok := nums[m[1]]; !ok {
+			prefixes = append(prefixes, m[1])
+		}
+		nums[m[1]] = append(nums[m[1]], num{n, m[2], len(m[2])})
+	}
+	out := plain
+	for _, p := range prefixes {
+		ns := nums[p]
+		slices.SortFunc(ns, func(a, b num) int { return a.n - b.n })
+		if len(ns) == 1 {
+			out = append(out, p+ns[0].s)
+			continue
+		}
+		var parts []string
+		for i := 0; i < len(ns); {
+			j := i
+			for j+1 < len(ns) && ns[j+1].n == ns[j].n+1 && ns[j+1].width == ns[i].width {
+				j++
+			}
+			if j > i {
+				parts = append(parts, ns[i].s+"-"+ns[j].s)
+			} else {
+				parts = append(parts, ns[i].s)
+			}
+			i = j + 1
+		}
+		out = append(out, p+"["+strings.Join(parts, ",")+"]")
+	}
+	return strings.Join(out, ",")
+}
