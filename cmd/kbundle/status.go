@@ -10,6 +10,7 @@ import (
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
+	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
@@ -72,35 +73,26 @@ func init() {
 			"which job it was installed, the presets and their exports, the size, and whether the tree still\n" +
 			"matches what was installed (new, changed and missing entries, counted).\n" +
 			"Without DEST it shows every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*).\n" +
-			"It runs on this node only (under a launcher, run it once per node).\n" +
+			"Under a launcher of several tasks (the MPI build) it is collective: the lowest rank of each node reads\n" +
+			"that node's trees, and rank 0 prints one line a node and tree, identical nodes merged (kbn[1-3]).\n" +
 			"Exit 0 when it could read what it was asked, nothing installed included; 1 when a DEST is not a\n" +
 			"tree kbundle installed, or its record or tree could not be read.",
-		Flags:  []cli.Flag{jsonFlag},
+		Flags: []cli.Flag{jsonFlag,
+			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
+				Usage: "under a launcher: end the status (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m)"}},
 		Action: statusAction,
 	})
 }
 
 func statusAction(c *cli.Context) error {
 	dests := c.Args().Slice()
+	if det, err := detect.FromEnviron(); err == nil && det.MPI && det.Size > 1 {
+		return statusNodes(c, det, dests)
+	}
 	scanned := len(dests) == 0
-	if scanned {
-		var err error
-		if dests, err = mineTrees(loadcmd.UserName(), os.Geteuid()); err != nil {
-			return exit(err)
-		}
-	}
-	out := statusJSON{SchemaVersion: statusSchema, Trees: []statusTree{}}
-	bad := 0
-	for _, d := range dests {
-		t := treeStatus(d)
-		if t.State == stateNotKbundle || t.State == stateUnreadable {
-			if scanned && t.State == stateNotKbundle {
-				continue // a directory of yours named so, that kbundle did not install
-			}
-			bad++
-		}
-		out.Trees = append(out.Trees, t)
-	}
+	out := statusJSON{SchemaVersion: statusSchema}
+	var bad int64
+	out.Trees, bad = collectStatus(dests)
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, out); err != nil {
 			return err
@@ -125,6 +117,33 @@ func statusAction(c *cli.Context) error {
 		return cli.Exit("", exitError)
 	}
 	return nil
+}
+
+// collectStatus is the status of each DEST, or without DEST of every
+// tree of yours named like the default DEST (directories kbundle did not
+// install are left out then), and how many are not kbundle's or could
+// not be read.
+func collectStatus(dests []string) ([]statusTree, int64) {
+	scanned := len(dests) == 0
+	if scanned {
+		var err error
+		if dests, err = mineTrees(loadcmd.UserName(), os.Geteuid()); err != nil {
+			return []statusTree{{Dest: minePrefix(loadcmd.UserName()) + "*", State: stateUnreadable, Reason: err.Error()}}, 1
+		}
+	}
+	trees := []statusTree{}
+	var bad int64
+	for _, d := range dests {
+		t := treeStatus(d)
+		if t.State == stateNotKbundle || t.State == stateUnreadable {
+			if scanned && t.State == stateNotKbundle {
+				continue // a directory of yours named so, that kbundle did not install
+			}
+			bad++
+		}
+		trees = append(trees, t)
+	}
+	return trees, bad
 }
 
 // treeStatus reads what is installed at dest.
