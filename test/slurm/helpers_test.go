@@ -122,6 +122,14 @@ func (j *job) requireState(t *testing.T, state string, exit int) {
 // most jobTimeout; a job still running then is cancelled and the test fails.
 func submit(t *testing.T, dir, name string, env, sbatchArgs []string, script string, args ...string) *job {
 	t.Helper()
+	return submitDuring(t, dir, name, env, sbatchArgs, nil, script, args...)
+}
+
+// submitDuring is submit that calls during(job id) once, in the test's
+// goroutine, after the submission and before waiting for the job's end
+// (e.g. to signal it while it runs).
+func submitDuring(t *testing.T, dir, name string, env, sbatchArgs []string, during func(id string), script string, args ...string) *job {
+	t.Helper()
 	out := filepath.Join(dir, name+".out")
 	argv := append([]string{"sbatch", "--parsable", "--job-name=" + name, "--chdir=" + dir, "--output=" + out}, sbatchArgs...)
 	argv = append(append(argv, script), args...)
@@ -141,6 +149,9 @@ func submit(t *testing.T, dir, name string, env, sbatchArgs []string, script str
 		}
 	})
 	deadline := time.Now().Add(jobTimeout)
+	if during != nil {
+		during(id)
+	}
 	for {
 		rec, _, _ := run(t, nil, "", "scontrol", "show", "job", "-o", id)
 		j.Record = strings.TrimSpace(rec)

@@ -19,9 +19,11 @@ import (
 //     node-local copy, which is removed at the end;
 //   - kbundle-run.sbatch with a damaged bundle: the job fails with exit 3
 //     and the application does not run;
-//   - kbundle-job.sbatch without a bundle: it warms, loads and every task
-//     hits; with a damaged bundle: it falls back, every task compiles, the
-//     job completes.
+//   - kbundle-job.sbatch without a bundle and KBUNDLE_WARM_IF_MISSING=1:
+//     it warms, loads and every task hits (without it, the default with the
+//     harvest on, the first job runs cold and harvests: TestSlurmHarvest);
+//     with a damaged bundle: it falls back, every task compiles, the job
+//     completes.
 func TestSlurmScripts(t *testing.T) {
 	needSlurm(t)
 	app := repoPath("test/slurm/testdata/tackapp.sh")
@@ -86,7 +88,7 @@ func TestSlurmScripts(t *testing.T) {
 
 			t.Run("job-warms", func(t *testing.T) {
 				cache2 := filepath.Join(dir, "cache2")
-				env2 := append(env[:len(env):len(env)], "KBUNDLE_CACHE_DIR="+cache2)
+				env2 := append(env[:len(env):len(env)], "KBUNDLE_CACHE_DIR="+cache2, "KBUNDLE_WARM_IF_MISSING=1")
 				j := submit(t, dir, "kbundle-job-"+string(v), env2, []string{"-n", "2"}, repoPath("scripts/slurm/kbundle-job.sbatch"), app)
 				j.requireState(t, "COMPLETED", 0)
 				if !strings.Contains(j.Output, "kbundle-job: cache: warm") {

@@ -1,9 +1,15 @@
 package slurm
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kbundle/kbundle/internal/testutil"
@@ -15,7 +21,8 @@ import (
 // the caller's environment, once. It checks what the scripts pass to srun,
 // which a one-machine Slurm does not show: --export=ALL on every step, no
 // --mpi unless KBUNDLE_SRUN_MPI is set, KBUNDLE_SRUN_ARGS on the
-// application step only, load --force.
+// application step only, load --force, the harvest step (one task per
+// node, the load's options) between the application and the clean-up.
 const stubSrun = `#!/bin/bash
 printf '%s\n' "$*" >>"$SRUN_LOG"
 while (($#)); do
@@ -94,8 +101,8 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 			t.Errorf("no 'cache: warm' line\n%s", se)
 		}
 		lines := srunLines(t, log)
-		if len(lines) != 3 { // load, application, cleanup
-			t.Fatalf("srun calls %q, want load, application, cleanup", lines)
+		if len(lines) != 4 { // load, application, harvest, cleanup
+			t.Fatalf("srun calls %q, want load, application, harvest, cleanup", lines)
 		}
 		for _, l := range lines {
 			if !strings.HasPrefix(l, "--export=ALL ") {
@@ -110,6 +117,15 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 		}
 		if !strings.HasSuffix(lines[1], app) {
 			t.Errorf("application step %q", lines[1])
+		}
+		if want := "--export=ALL -N 1 -n 1 --ntasks-per-node=1 " + testutil.Kbundle(t, testutil.NoMPI) + " harvest --bundle " + bundle + " --to " + local; lines[2] != want {
+			t.Errorf("harvest step %q, want %q (after the application, before the clean-up)", lines[2], want)
+		}
+		if !strings.Contains(lines[3], " clean -q "+local) {
+			t.Errorf("clean-up step %q", lines[3])
+		}
+		if !strings.Contains(se, "kbundle: nothing new: no layer written to "+bundle) {
+			t.Errorf("the harvest of a warm run that compiled nothing does not say so\n%s", se)
 		}
 	})
 	t.Run("requeued job reuses its DEST", func(t *testing.T) {
@@ -135,6 +151,9 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 		}
 		if lines[1] != "--export=ALL --mpi=cray_shasta --cpu-bind=cores --gpus-per-task=1 "+app {
 			t.Errorf("application step %q", lines[1])
+		}
+		if !strings.HasPrefix(lines[2], "--export=ALL --mpi=cray_shasta -N 1 ") || !strings.Contains(lines[2], " harvest ") || strings.Contains(lines[2], "--cpu-bind") {
+			t.Errorf("harvest step %q: want the load's options (--mpi=cray_shasta), not the application's", lines[2])
 		}
 	})
 	t.Run("quoted KBUNDLE_SRUN_ARGS", func(t *testing.T) {
@@ -194,7 +213,7 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 	})
 	t.Run("job: short warm-up under a lock", func(t *testing.T) {
 		cache2 := filepath.Join(dir, "cache2")
-		env := append(base[:len(base):len(base)], "KBUNDLE_CACHE_DIR="+cache2,
+		env := append(base[:len(base):len(base)], "KBUNDLE_CACHE_DIR="+cache2, "KBUNDLE_WARM_IF_MISSING=1",
 			"KBUNDLE_WARM_APP=sh -c 'echo WARM-UP-COMMAND >&2; exec \"$0\"' "+app)
 		so, se, code := run(t, env, dir, "bash", repoPath("scripts/slurm/kbundle-job.sbatch"), app)
 		if code != 0 {
@@ -207,8 +226,124 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 			t.Errorf("no lock file: %v", err)
 		}
 		lines := srunLines(t, log)
-		if len(lines) != 3 || !strings.Contains(lines[0], " load --force ") {
+		if len(lines) != 4 || !strings.Contains(lines[0], " load --force --bundle ") || !strings.Contains(lines[2], " harvest ") {
 			t.Errorf("srun calls %q", lines)
+		}
+	})
+	testHarvestSteps(t, base, dir, log, bundle, local)
+}
+
+// testHarvestSteps checks the Slurm scripts' harvest with the stub srun
+// (TestSlurmScriptsSrunLines's environment base, its srun log, the
+// warm-up's bundle and the DEST): the switch, a failing harvest, a first
+// job without a bundle, and the time-limit warning's trap.
+func testHarvestSteps(t *testing.T, base []string, dir, log, bundle, local string) {
+	runScript := repoPath("scripts/slurm/kbundle-run.sbatch")
+	jobScript := repoPath("scripts/slurm/kbundle-job.sbatch")
+	app := repoPath("test/slurm/testdata/tackapp.sh")
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+
+	t.Run("KBUNDLE_HARVEST=0", func(t *testing.T) {
+		so, se, code := run(t, append(base[:len(base):len(base)], "KBUNDLE_HARVEST=0", "KERNELS=6"), dir, "bash", runScript, app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		if lines := srunLines(t, log); len(lines) != 3 || strings.Contains(strings.Join(lines, "\n"), " harvest ") {
+			t.Errorf("srun calls %q, want load, application, cleanup and no harvest", lines)
+		}
+		if layers := setBundles(bundle); len(layers) != 1 {
+			t.Errorf("the set has %q: KBUNDLE_HARVEST=0 harvested", layers)
+		}
+	})
+
+	t.Run("a failed harvest keeps the application's exit status", func(t *testing.T) {
+		fake := filepath.Join(dir, "kbundle-failing-harvest")
+		script := "#!/bin/sh\nif [ \"$1\" = harvest ]; then echo 'kbundle: harvest: a stand-in failure' >&2; exit 1; fi\nexec " + kb + " \"$@\"\n"
+		if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env := append(base[:len(base):len(base)], "KBUNDLE="+fake)
+		for _, want := range []int{0, 7} {
+			so, se, code := run(t, env, dir, "bash", runScript, "sh", "-c", "exit "+strconv.Itoa(want))
+			if code != want || !strings.Contains(se, "kbundle-run: harvest failed with exit status 1 (") {
+				t.Errorf("application exit %d, failing harvest: want exit %d and the harvest's failure reported, got exit %d\n%s%s", want, want, code, so, se)
+			}
+			if lines := srunLines(t, log); len(lines) != 4 || !strings.Contains(lines[3], " clean -q "+local) {
+				t.Errorf("srun calls %q: want the clean-up after the failed harvest", lines)
+			}
+		}
+	})
+
+	t.Run("no bundle yet: load --allow-missing, the harvest writes it", func(t *testing.T) {
+		for _, script := range []string{runScript, jobScript} {
+			name := strings.TrimSuffix(filepath.Base(script), ".sbatch")
+			fresh := filepath.Join(dir, "first-"+name, "sub", "cache.kbundle")
+			env := append(base[:len(base):len(base)], "KBUNDLE_BUNDLE="+fresh)
+			so, se, code := run(t, env, dir, "bash", script, app)
+			if code != 0 || !strings.Contains(se, name+": cache: cold (no bundle at "+fresh+" yet") || strings.Contains(se, "warming") {
+				t.Errorf("%s: want exit 0, a cold run and no warm-up, got exit %d\n%s%s", name, code, so, se)
+			}
+			if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " compiled=5 ") {
+				t.Errorf("%s: the application ran %q, want one cold run", name, ls)
+			}
+			lines := srunLines(t, log)
+			if len(lines) != 4 || !strings.Contains(lines[0], " load --force --allow-missing --bundle "+fresh) {
+				t.Errorf("%s: srun calls %q, want load --allow-missing, application, harvest, cleanup", name, lines)
+			}
+			if names := bundleFiles(t, fresh); len(names) != 5 {
+				t.Errorf("%s: the harvest wrote %q, want the 5 kernels", name, names)
+			}
+			if fi, err := os.Stat(filepath.Dir(fresh)); err != nil || fi.Mode().Perm()&0o022 != 0 {
+				t.Errorf("%s: the bundle's folder: %v, %v; want it made, writable by its owner alone", name, fi, err)
+			}
+			if _, err := os.Stat(local); err == nil {
+				t.Errorf("%s: DEST %s still exists", name, local)
+			}
+		}
+		// Harvest off: a missing bundle is exit 3, as before.
+		so, se, code := run(t, append(base[:len(base):len(base)], "KBUNDLE_BUNDLE="+filepath.Join(dir, "none", "cache.kbundle"), "KBUNDLE_HARVEST=0"), dir, "bash", runScript, app)
+		if code != 3 || strings.Contains(se, "allow-missing") {
+			t.Errorf("KBUNDLE_HARVEST=0 and no bundle: want exit 3, got %d\n%s%s", code, so, se)
+		}
+		os.Remove(log)
+	})
+
+	t.Run("SIGUSR1 while the application runs", func(t *testing.T) {
+		slow := repoPath("test/slurm/testdata/slowapp.sh")
+		for i, script := range []string{runScript, jobScript} {
+			name := strings.TrimSuffix(filepath.Base(script), ".sbatch")
+			marks := filepath.Join(dir, "marks-"+name)
+			os.Mkdir(marks, 0o755)
+			kernel := 6 + i
+			before := setBundles(bundle)
+			env := append(base[:len(base):len(base)], "KERNELS="+strconv.Itoa(kernel), "SLOWAPP_DIR="+marks, "SLOWAPP_SET="+bundle, "SLOWAPP_EXIT=4", "SLOWAPP_WAIT=30")
+			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+			cmd := exec.CommandContext(ctx, "bash", script, slow)
+			cmd.Env = append(testutil.CleanEnv("SLURM_CONF"), env...)
+			cmd.Dir = dir
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+			var so, se bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &so, &se
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFiles(t, filepath.Join(marks, "compiled.*"), 1)
+			syscall.Kill(cmd.Process.Pid, syscall.SIGUSR1) // the batch shell alone, as B: does
+			err := cmd.Wait()
+			cancel()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 4 {
+				t.Errorf("%s: %v, want exit 4, the application's (the wait the trap interrupted is waited again)\n%s%s", name, err, so.String(), se.String())
+			}
+			if !strings.Contains(se.String(), name+": time-limit warning (SIGUSR1): harvesting now") {
+				t.Errorf("%s: no harvest on SIGUSR1\n%s", name, se.String())
+			}
+			checkHarvested(t, se.String(), bundle, before, kernel)
+			lines := srunLines(t, log)
+			if len(lines) != 4 || !strings.HasPrefix(lines[2], "--export=ALL --overlap -N 1 ") || !strings.Contains(lines[2], " harvest ") || !strings.Contains(lines[3], " clean ") {
+				t.Errorf("%s: srun calls %q, want load, application, harvest --overlap (from the trap, once), cleanup", name, lines)
+			}
 		}
 	})
 }
