@@ -21,7 +21,7 @@ import (
 // the caller's environment, once. It checks what the scripts pass to srun,
 // which a one-machine Slurm does not show: --export=ALL on every step, no
 // --mpi unless KBUNDLE_SRUN_MPI is set, KBUNDLE_SRUN_ARGS on the
-// application step only, load --force, the harvest step (one task per
+// application step only, load --force --parents, the harvest step (one task per
 // node, the load's options) between the application and the clean-up.
 const stubSrun = `#!/bin/bash
 printf '%s\n' "$*" >>"$SRUN_LOG"
@@ -112,7 +112,7 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 				t.Errorf("srun %q forces an MPI type; the site default must be used unless KBUNDLE_SRUN_MPI is set", l)
 			}
 		}
-		if !strings.Contains(lines[0], " load --force --bundle "+bundle) {
+		if !strings.Contains(lines[0], " load --force --parents --bundle "+bundle) {
 			t.Errorf("load step %q: want load --force (a re-queued job reuses its DEST)", lines[0])
 		}
 		if !strings.HasSuffix(lines[1], app) {
@@ -226,7 +226,7 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 			t.Errorf("no lock file: %v", err)
 		}
 		lines := srunLines(t, log)
-		if len(lines) != 4 || !strings.Contains(lines[0], " load --force --bundle ") || !strings.Contains(lines[2], " harvest ") {
+		if len(lines) != 4 || !strings.Contains(lines[0], " load --force --parents --bundle ") || !strings.Contains(lines[2], " harvest ") {
 			t.Errorf("srun calls %q", lines)
 		}
 	})
@@ -287,7 +287,7 @@ func testHarvestSteps(t *testing.T, base []string, dir, log, bundle, local strin
 				t.Errorf("%s: the application ran %q, want one cold run", name, ls)
 			}
 			lines := srunLines(t, log)
-			if len(lines) != 4 || !strings.Contains(lines[0], " load --force --allow-missing --bundle "+fresh) {
+			if len(lines) != 4 || !strings.Contains(lines[0], " load --force --parents --allow-missing --bundle "+fresh) {
 				t.Errorf("%s: srun calls %q, want load --allow-missing, application, harvest, cleanup", name, lines)
 			}
 			if names := bundleFiles(t, fresh); len(names) != 5 {
