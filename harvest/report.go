@@ -29,7 +29,7 @@ func Report(s *Summary) []string {
 			if n.Entries == 1 {
 				what = "entry"
 			}
-			text = fmt.Sprintf("compiled %d %s (%s) the bundle lacked", n.Entries, what, size(n.Bytes))
+			text = fmt.Sprintf("compiled %d %s (%s) the bundle lacked", n.Entries, what, Size(n.Bytes))
 			if n.Elsewhere > 0 {
 				text += fmt.Sprintf("; %d also on other nodes", n.Elsewhere)
 			}
@@ -65,7 +65,8 @@ func Report(s *Summary) []string {
 	return out
 }
 
-func size(n int64) string {
+// Size is n bytes as the report says it: 21 B, 3.1 MiB.
+func Size(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

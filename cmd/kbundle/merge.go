@@ -61,11 +61,11 @@ func mergeAction(c *cli.Context) error {
 		if res.Folded == 0 {
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s has no layer to merge\n", path)
 		} else {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: merged %d layers into %s (%d entries, content %s); folded layers kept %s for running readers\n",
-				res.Folded, path, res.Entries, bundle.FormatDigest(res.Content), c.Duration("grace").Round(time.Second))
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: merged %s into %s (%d entries, content %s); folded layers kept %s for running readers\n",
+				plural(res.Folded, "layer", "layers"), path, res.Entries, bundle.FormatDigest(res.Content), c.Duration("grace").Round(time.Second))
 		}
 		if len(res.Removed) > 0 {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: removed %d layers folded before\n", len(res.Removed))
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: removed %s folded before\n", plural(len(res.Removed), "layer", "layers"))
 		}
 	}
 	return nil

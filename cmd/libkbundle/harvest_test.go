@@ -62,7 +62,7 @@ func TestHarvest(t *testing.T) {
 	})
 	sameHarvest(t, dry)
 	if d := dry[0]; !d.OK || !d.DryRun || d.Files != 1 || d.Layer != "" || len(d.Report) != 3 ||
-		d.Report[2] != "dry run: would write 1 files (1 cache units) to "+file {
+		d.Report[2] != "dry run: would write 1 file (1 cache unit) to "+file {
 		t.Fatalf("dry run: %+v", d)
 	}
 	if m, _ := filepath.Glob(file + ".d/*"); len(m) != 0 {
@@ -84,7 +84,7 @@ func TestHarvest(t *testing.T) {
 	want := []string{
 		host + " (rank 0): compiled 0 entries (0 B) the bundle lacked",
 		host + " (rank 1): compiled 1 entry (18 B) the bundle lacked",
-		"wrote a new layer, " + layers[0] + ": 1 files (1 cache units, 0.0 MiB)",
+		"wrote a new layer, " + layers[0] + ": 1 file (1 cache unit, 18 B)",
 	}
 	if !reflect.DeepEqual(h.Report, want) {
 		t.Errorf("report %q, want %q", h.Report, want)

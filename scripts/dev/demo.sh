@@ -1,46 +1,72 @@
 #!/usr/bin/env bash
-# demo.sh: the main job on a built-in sample: a synthetic Triton-like kernel
-# cache is generated, packed, inspected, verified, extracted, and loaded by 4
-# MPI ranks with `mpirun kbundle load`. Run by `make demo` (after `make
-# build`). Everything is written under out/demo.
+# demo.sh: the main job on a built-in sample, as a user runs it: a
+# synthetic Triton-like kernel cache (what TRITON_CACHE_DIR holds) is
+# packed with its preset, inspected and verified; 4 MPI ranks load it with
+# `mpirun kbundle load`, which prints DEST and the export line to eval,
+# and relocates Triton's group files to DEST; the job "compiles" a new
+# kernel, and `kbundle harvest` gathers it into a layer of the set, which
+# the next load installs with the rest; `kbundle merge` folds it; a
+# damaged bundle gives every rank the same reason; `kbundle clean` removes
+# what the loads installed. Run by `make demo` (after `make build`).
+# Everything is written under out/demo.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$PWD/out/demo
 rm -rf "$out"
-mkdir -p "$out"
-chmod 700 "$out"
+mkdir -p "$out/store"
+chmod 700 "$out" "$out/store"
 say() { printf '\n== %s\n' "$*"; }
-
-say "generate a sample kernel cache (Triton-like, 300 kernels)"
-go run ./internal/cmd/gencache -kernels 300 -scale 0.5 "$out/cache"
-
-say "kbundle pack"
-bin/kbundle pack --dir "$out/cache" -o "$out/cache.kbundle"
-
-say "kbundle info"
-bin/kbundle info "$out/cache.kbundle" | grep -v cpu_flags
-
-say "kbundle verify"
-bin/kbundle verify "$out/cache.kbundle"
-
-say "kbundle extract"
-bin/kbundle extract "$out/cache.kbundle" "$out/extracted"
-diff -r -x .kbundle-installed "$out/cache" "$out/extracted" && echo "extracted tree equals the source"
-
-say "mpirun -np 4 kbundle load (Open MPI)"
+kb=bin/kbundle
+kbmpi=bin/kbundle-openmpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpirun.openmpi --oversubscribe -np 4 bin/kbundle-openmpi load \
-	--bundle "$out/cache.kbundle" --to "$out/node-local"
-diff -r -x .kbundle-installed "$out/cache" "$out/node-local" && echo "node-local copy equals the source"
+mpirun=(mpirun.openmpi --oversubscribe -np 4)
+
+say "a sample Triton cache: 300 kernels in cache/triton, where TRITON_CACHE_DIR would point"
+go run ./internal/cmd/gencache -kernels 300 -scale 0.5 "$out/cache/triton"
+
+say "kbundle pack --preset triton: one bundle, the preset recorded in it"
+$kb pack --dir "$out/cache" --preset triton -o "$out/store/cache.kbundle"
+
+say "kbundle info, kbundle verify"
+$kb info "$out/store/cache.kbundle" | grep -v cpu_flags
+$kb verify "$out/store/cache.kbundle"
+
+say "mpirun -np 4 kbundle load: rank 0 reads the bundle once; DEST and the export line on stdout"
+"${mpirun[@]}" $kbmpi load --bundle "$out/store/cache.kbundle" --to "$out/node-local" | tee "$out/load.out"
+eval "$(grep '^export ' "$out/load.out")"
+echo "TRITON_CACHE_DIR is now $TRITON_CACHE_DIR"
+
+say "the group files were relocated: they name DEST, not the warm-up directory"
+grp=$(find "$out/node-local/triton" -name '__grp__*.json' | sort | head -n 1)
+echo "${grp#"$out"/}:"
+grep -o '"[^"]*\.ptx"' "$grp" | sed 's/^/  /'
+grep -q "\"$out/node-local/triton/" "$grp"
+
+say "the job compiles a kernel the bundle lacked; kbundle harvest gathers it into a layer"
+new=$out/node-local/triton/ZZDEMONEWKERNEL0000000000000000000000000000000000000
+mkdir "$new"
+echo 'compiled by this job' >"$new/new_kernel.cubin"
+"${mpirun[@]}" $kbmpi harvest --bundle "$out/store/cache.kbundle" --to "$out/node-local"
+$kb info "$out/store/cache.kbundle" | sed -n '/^layers:/,$p'
+
+say "the next job loads the base and the layer as one"
+"${mpirun[@]}" $kbmpi load -q --bundle "$out/store/cache.kbundle" --to "$out/node-local-2" >/dev/null
+test -e "$out/node-local-2/triton/${new##*/}/new_kernel.cubin" && echo "the new kernel is there: the next job is warm for it too"
+
+say "kbundle merge folds the layer into the base"
+$kb merge "$out/store/cache.kbundle"
 
 say "mpiexec.hydra -np 4 kbundle load (MPICH), with a damaged bundle: every rank gets the same reason"
-cp "$out/cache.kbundle" "$out/damaged.kbundle"
-printf 'X' | dd of="$out/damaged.kbundle" bs=1 seek=5000 conv=notrunc status=none
+cp "$out/store/cache.kbundle" "$out/store/damaged.kbundle"
+printf 'X' | dd of="$out/store/damaged.kbundle" bs=1 seek=5000 conv=notrunc status=none
 set +e
-mpiexec.hydra -np 4 bin/kbundle-mpich load --bundle "$out/damaged.kbundle" --to "$out/node-local-2"
+mpiexec.hydra -np 4 bin/kbundle-mpich load --bundle "$out/store/damaged.kbundle" --to "$out/node-local-3"
 rc=$?
 set -e
 echo "exit status $rc (3: bundle unusable, the application would compile as usual)"
-[ "$rc" -eq 3 ] && [ ! -e "$out/node-local-2" ]
+[ "$rc" -eq 3 ] && [ ! -e "$out/node-local-3" ]
+
+say "kbundle clean: what the loads installed goes, and only that"
+$kb clean "$out/node-local" "$out/node-local-2"
 say "done: see $out"

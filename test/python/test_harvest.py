@@ -109,7 +109,7 @@ def test_harvest_writes_one_layer() -> None:
     # A dry run reports it and writes nothing.
     dry = harvest(COMM, bundle=set_, dest=dest, timeout=60, dry_run=True)
     assert dry and dry.dry_run and dry.files == 1 and dry.units == 1 and dry.layer is None
-    assert dry.report[-1] == f"dry run: would write 1 files (1 cache units) to {set_}"
+    assert dry.report[-1] == f"dry run: would write 1 file (1 cache unit) to {set_}"
     same_on_all(dry)
     assert layers(set_) == []
 
@@ -126,7 +126,7 @@ def test_harvest_writes_one_layer() -> None:
     host = res.nodes[0].host
     assert host and all(n.host == host for n in res.nodes)  # fake nodes of one machine
     # The report is `kbundle harvest`'s lines, in Go's words.
-    assert res.report[-1] == f"wrote a new layer, {res.layer}: 1 files (1 cache units, 0.0 MiB)"
+    assert res.report[-1] == f"wrote a new layer, {res.layer}: 1 file (1 cache unit, {res.bytes} B)"
     assert res.report[-2] == f"{host} (rank {SIZE - 1}): compiled 1 entry ({len(BODY)} B) the bundle lacked"
     assert len(res.report) == (2 if SIZE == 1 else 3)
     # The same result object on every rank.

@@ -189,7 +189,7 @@ func HarvestReport(s *harvest.Summary) []string {
 	lines := harvest.Report(s)
 	switch {
 	case s.DryRun:
-		lines = append(lines, fmt.Sprintf("dry run: would write %d files (%d cache units) to %s", s.Files, s.Units, s.Set))
+		lines = append(lines, fmt.Sprintf("dry run: would write %s (%s) to %s", counted(s.Files, "file"), counted(s.Units, "cache unit"), s.Set))
 	case s.Layer == "":
 		lines = append(lines, fmt.Sprintf("nothing new: no layer written to %s", s.Set))
 	default:
@@ -197,7 +197,15 @@ func HarvestReport(s *harvest.Summary) []string {
 		if s.Base {
 			what = "the set's first bundle"
 		}
-		lines = append(lines, fmt.Sprintf("wrote %s, %s: %d files (%d cache units, %.1f MiB)", what, s.Layer, s.Files, s.Units, float64(s.Bytes)/(1<<20)))
+		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, counted(s.Files, "file"), counted(s.Units, "cache unit"), harvest.Size(s.Bytes)))
 	}
 	return lines
+}
+
+// counted is "1 file", "2 files".
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
