@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -24,13 +25,7 @@ func flagsFirst(app *cli.App, args []string) []string {
 	if cmd == nil || cmd.SkipFlagParsing || cmd.Name == "warm" || cmd.Name == "help" {
 		return args
 	}
-	takesValue := map[string]bool{}
-	for _, f := range cmd.Flags {
-		_, isBool := f.(*cli.BoolFlag)
-		for _, n := range f.Names() {
-			takesValue[n] = !isBool
-		}
-	}
+	takesValue := valueFlags(cmd)
 	var flags, rest []string
 	dashdash := false
 	tail := args[i+1:]
@@ -59,4 +54,50 @@ func flagsFirst(app *cli.App, args []string) []string {
 		out = append(out, "--")
 	}
 	return append(out, rest...)
+}
+
+// valueFlags are the names of cmd's flags that take a value.
+func valueFlags(cmd *cli.Command) map[string]bool {
+	takesValue := map[string]bool{}
+	for _, f := range cmd.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	return takesValue
+}
+
+// jsonRequested reports whether args, as flagsFirst left them, give a
+// command that has --json a true one: the error object is printed for a
+// failure before the command ran too (a bad flag, a missing argument).
+func jsonRequested(app *cli.App, args []string) bool {
+	i := 1
+	for i < len(args) && strings.HasPrefix(args[i], "-") {
+		i++ // global flags
+	}
+	if i >= len(args) {
+		return false
+	}
+	cmd := app.Command(args[i])
+	if cmd == nil || findFlag(cmd.Flags, "json") == nil {
+		return false
+	}
+	takesValue, on := valueFlags(cmd), false
+	for k := i + 1; k < len(args); k++ {
+		a := args[k]
+		if a == "--" || len(a) < 2 || a[0] != '-' {
+			break // the arguments: flagsFirst put every flag before them
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case name == "json" && hasVal:
+			on, _ = strconv.ParseBool(val)
+		case name == "json":
+			on = true
+		case !hasVal && takesValue[name]:
+			k++ // its value
+		}
+	}
+	return on
 }

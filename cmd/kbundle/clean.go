@@ -17,8 +17,11 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// cleanJSON is `kbundle clean --json`; fields are only ever added.
+// cleanJSON is `kbundle clean --json`; fields are only ever added. When a
+// DEST named was refused (exit 1), ok is false and the failure's fields
+// say why, as stderr does.
 type cleanJSON struct {
+	jsonHead
 	Removed []string `json:"removed"` // the DESTs removed
 	Missing []string `json:"missing"` // DESTs that did not exist: nothing to do
 	Stale   []string `json:"stale"`   // stale temporaries removed
@@ -139,7 +142,8 @@ func cleanAction(c *cli.Context) error {
 		}
 		return ""
 	}
-	out := cleanJSON{Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
+	out := cleanJSON{jsonHead: okHead(), Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
+	var refusals []string // as stderr says them
 	for i, d := range dests {
 		res, err := bundle.Clean(d, opt)
 		switch {
@@ -149,6 +153,7 @@ func cleanAction(c *cli.Context) error {
 		case err != nil:
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %v\n", err)
 			out.Refused = append(out.Refused, d)
+			refusals = append(refusals, err.Error())
 		case res.Kept != "":
 			say(c, "left %s: %s", safe(d), res.Kept)
 			out.Left = append(out.Left, d)
@@ -181,18 +186,26 @@ func cleanAction(c *cli.Context) error {
 			warn(c, "%v", err)
 		}
 	}
+	var fail error
+	switch len(out.Refused) {
+	case 0:
+	case 1:
+		fail = cli.Exit("", exitError)
+	default:
+		fail = cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), named), exitError)
+	}
+	if fail != nil {
+		if msg := fail.Error(); msg != "" {
+			refusals = append(refusals, msg)
+		}
+		out.jsonHead = failedHead(exitError, strings.Join(refusals, "\nkbundle: "), fail)
+	}
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, out); err != nil {
 			return err
 		}
 	}
-	switch len(out.Refused) {
-	case 0:
-		return nil
-	case 1:
-		return cli.Exit("", exitError)
-	}
-	return cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), named), exitError)
+	return fail
 }
 
 // lookupUser resolves --user: a name or a uid.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -45,17 +44,12 @@ func detectAction(c *cli.Context) error {
 			"\nkbundle: hint: a launcher variable is malformed or contradicts another; "+
 			"inspect the environment the launcher gave this process (docs/launchers.md)", exitError)
 	}
-	out := detection{Result: r, Mode: mode, Reason: r.Reason}
+	out := detection{jsonHead: okHead(), Result: r, Mode: mode, Reason: r.Reason}
 	if def := detect.DefaultMode(r); mode != def {
 		out.Reason += fmt.Sprintf("; %s=%s overrides the default %s", detect.ModeEnv, mode, def)
 	}
 	if c.Bool("json") {
-		b, err := json.Marshal(out)
-		if err != nil {
-			return cli.Exit(err.Error(), exitError)
-		}
-		_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
-		return err
+		return writeJSONLine(c.App.Writer, out)
 	}
 	return printDetection(c.App.Writer, out)
 }
@@ -63,6 +57,7 @@ func detectAction(c *cli.Context) error {
 // detection is what `kbundle detect` prints: the launcher facts and the
 // cache mode, whose override the reason mentions.
 type detection struct {
+	jsonHead
 	detect.Result
 	Mode   detect.Mode `json:"mode"`
 	Reason string      `json:"reason"` // one line, for humans

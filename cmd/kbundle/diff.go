@@ -52,16 +52,29 @@ type diffItem struct {
 	SizeB  int64  `json:"size_b"` // 0 when removed
 }
 
-// diffJSON is `kbundle diff --json`; fields are only ever added.
+// diffJSON is `kbundle diff --json`; fields are only ever added. Sides
+// are A and B as records under the canonical names (ContentA and
+// ContentB are their content digests under the older ones).
 type diffJSON struct {
-	A        string     `json:"a"`
-	B        string     `json:"b"`
-	ContentA string     `json:"content_digest_a"`
-	ContentB string     `json:"content_digest_b"`
-	Same     bool       `json:"same"`
-	Added    []diffItem `json:"added"`
-	Removed  []diffItem `json:"removed"`
-	Changed  []diffItem `json:"changed"`
+	jsonHead
+	A        string         `json:"a"`
+	B        string         `json:"b"`
+	ContentA string         `json:"content_digest_a"`
+	ContentB string         `json:"content_digest_b"`
+	Same     bool           `json:"same"`
+	Added    []diffItem     `json:"added"`
+	Removed  []diffItem     `json:"removed"`
+	Changed  []diffItem     `json:"changed"`
+	Sides    []diffSideJSON `json:"sides"`
+}
+
+// diffSideJSON is one side of a diff: a bundle (Path, its digests) or a
+// DEST (Dest, its install record's content digest), as given.
+type diffSideJSON struct {
+	Path          string `json:"path,omitempty"`
+	Dest          string `json:"dest,omitempty"`
+	FileDigest    string `json:"file_digest,omitempty"`
+	ContentDigest string `json:"content_digest"`
 }
 
 func diffAction(c *cli.Context) error {
@@ -77,7 +90,8 @@ func diffAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	out := diffJSON{A: a[0], B: a[1], ContentA: da, ContentB: db, Added: []diffItem{}, Removed: []diffItem{}, Changed: []diffItem{}}
+	out := diffJSON{jsonHead: okHead(), A: a[0], B: a[1], ContentA: da.ContentDigest, ContentB: db.ContentDigest,
+		Added: []diffItem{}, Removed: []diffItem{}, Changed: []diffItem{}, Sides: []diffSideJSON{da, db}}
 	for name, eb := range sb {
 		ea, ok := sa[name]
 		switch {
@@ -193,19 +207,20 @@ func printDiff(c *cli.Context, d *diffJSON) {
 }
 
 // diffSide reads one side: a bundle's index, or a DEST's tree through its
-// install record. It returns the entries and the content digest (a DEST's:
-// its record's, with "+changed" when its tree changed since the install).
-func diffSide(c *cli.Context, name string) (map[string]diffEntry, string, error) {
+// install record. It returns the entries and the side's record (a DEST's
+// content digest: its record's).
+func diffSide(c *cli.Context, name string) (map[string]diffEntry, diffSideJSON, error) {
 	if fi, err := os.Lstat(name); err == nil && fi.IsDir() {
-		return destSide(name)
+		m, d, err := destSide(name)
+		return m, diffSideJSON{Dest: name, ContentDigest: d}, err
 	}
 	trust, err := trustPolicy()
 	if err != nil {
-		return nil, "", err
+		return nil, diffSideJSON{}, err
 	}
 	rc, err := openBundle(c, name, &bundle.OpenOptions{Trust: trust})
 	if err != nil {
-		return nil, "", err
+		return nil, diffSideJSON{}, err
 	}
 	defer rc.Close()
 	m := map[string]diffEntry{}
@@ -216,7 +231,8 @@ func diffSide(c *cli.Context, name string) (map[string]diffEntry, string, error)
 		}
 		m[e.Name] = de
 	}
-	return m, bundle.FormatDigest(rc.ContentDigest()), nil
+	return m, diffSideJSON{Path: name, FileDigest: bundle.FormatDigest(rc.FileDigest()),
+		ContentDigest: bundle.FormatDigest(rc.ContentDigest())}, nil
 }
 
 // destSide reads a DEST: its tree now, each file's digest from the record

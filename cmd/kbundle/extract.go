@@ -13,7 +13,9 @@ import (
 )
 
 // extractJSON is `kbundle extract --json`; fields are only ever added.
+// Its digests are the bundle's, and so the tree's as installed.
 type extractJSON struct {
+	jsonHead
 	Path    string   `json:"path"`
 	Dest    string   `json:"dest"`
 	Entries int      `json:"entries"`
@@ -23,6 +25,9 @@ type extractJSON struct {
 	Seconds float64  `json:"seconds"`
 	Presets []string `json:"presets,omitempty"` // the presets applied
 	Env     []string `json:"env,omitempty"`     // NAME=VALUE pointing them at DEST
+	// FileDigest and ContentDigest are the bundle's.
+	FileDigest    string `json:"file_digest"`
+	ContentDigest string `json:"content_digest"`
 }
 
 func init() {
@@ -103,8 +108,9 @@ func extractAction(c *cli.Context) error {
 		if len(presets) > 0 {
 			names = strings.Split(warmup.PresetNames(presets), ",")
 		}
-		return writeJSON(c.App.Writer, extractJSON{Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
-			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env})
+		return writeJSON(c.App.Writer, extractJSON{jsonHead: okHead(), Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
+			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env,
+			FileDigest: bundle.FormatDigest(rc.FileDigest()), ContentDigest: bundle.FormatDigest(rc.ContentDigest())})
 	}
 	printExports(c.App.Writer, env)
 	say(c, "extracted %s and %s (%s) to %s in %s", plural(res.Files, "file", "files"),

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -53,7 +52,7 @@ func harvestAction(c *cli.Context) (err error) {
 	if derr != nil {
 		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
 	}
-	l := &loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}
+	l := newLoader(c, det)
 	if c.NArg() > 0 {
 		return l.fail(fmt.Sprintf("harvest takes no arguments (got %q)", c.Args().First()), exitUsage)
 	}
@@ -109,7 +108,7 @@ func harvestAction(c *cli.Context) (err error) {
 	sum, err := harvest.Run(c.Context, world, plan)
 	if err != nil {
 		if errors.Is(err, broadcast.ErrComm) || sum == nil {
-			return cli.Exit(err.Error(), exitError)
+			return cli.Exit(err, exitError)
 		}
 		return l.fail(err.Error(), exitError)
 	}
@@ -117,8 +116,7 @@ func harvestAction(c *cli.Context) (err error) {
 		return nil
 	}
 	if c.Bool("json") {
-		b, _ := json.Marshal(sum)
-		fmt.Fprintln(c.App.Writer, string(b))
+		writeHarvestJSON(c, path, sum)
 	}
 	if !c.Bool("quiet") {
 		for _, line := range loadcmd.HarvestReport(sum) {

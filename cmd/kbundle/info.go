@@ -9,8 +9,12 @@ import (
 )
 
 // bundleJSON are the fields `kbundle info --json` and `kbundle pack
-// --json` share: what the bundle holds and its sizes.
+// --json` share: what the bundle holds, its sizes and digests. Digest is
+// the whole file's in bare hex, as it always was; FileDigest the same
+// with its algorithm, the canonical form (docs/usage.md, "Canonical
+// names").
 type bundleJSON struct {
+	jsonHead
 	Path        string  `json:"path"`
 	Entries     int     `json:"entries"`
 	Files       int     `json:"files"`
@@ -21,6 +25,11 @@ type bundleJSON struct {
 	Ratio       float64 `json:"ratio"`
 	Segments    int     `json:"segments"`
 	Digest      string  `json:"digest"`
+	// FileDigest is the whole file's digest, "xxh3-128:..."; ContentDigest
+	// the digest of the entries alone: the same for the same tree packed
+	// anywhere, any time (docs/FORMAT.md, "Content digest").
+	FileDigest    string `json:"file_digest"`
+	ContentDigest string `json:"content_digest"`
 }
 
 // infoJSON is the stable `kbundle info --json` object: fields are only
@@ -30,10 +39,6 @@ type infoJSON struct {
 	Version     int               `json:"version"`
 	SegmentSize int64             `json:"segment_size"`
 	Meta        map[string]string `json:"meta"`
-	// ContentDigest is the digest of the entries alone, with its
-	// algorithm ("xxh3-128:..."): the same for the same tree packed
-	// anywhere, any time (docs/FORMAT.md, "Content digest").
-	ContentDigest string `json:"content_digest"`
 	// Layers are the set's delta layers above the base (docs/FORMAT.md,
 	// "Sets"), in load order; SetContentDigest is the merged view's (the
 	// base's when there is no layer).
@@ -41,13 +46,15 @@ type infoJSON struct {
 	SetContentDigest string      `json:"set_content_digest"`
 }
 
-// layerJSON is one delta layer of a set.
+// layerJSON is one delta layer of a set; Digest is FileDigest, under
+// its older name.
 type layerJSON struct {
 	Path          string `json:"path"`
 	Entries       int    `json:"entries"`
 	PackedBytes   int64  `json:"packed_bytes"`
 	Digest        string `json:"digest"`
 	ContentDigest string `json:"content_digest"`
+	FileDigest    string `json:"file_digest"`
 }
 
 func init() {
@@ -68,10 +75,11 @@ func infoAction(c *cli.Context) error {
 		return err
 	}
 	defer rc.Close()
-	in := infoJSON{bundleJSON: bundleJSON{Path: c.Args().First(), RawBytes: rc.RawSize(),
+	in := infoJSON{bundleJSON: bundleJSON{jsonHead: okHead(), Path: c.Args().First(), RawBytes: rc.RawSize(),
 		DataBytes: rc.DataSize(), PackedBytes: rc.Size(), Ratio: ratio(rc.RawSize(), rc.Size()),
-		Segments: rc.Segments(), Digest: rc.FileDigest().String()},
-		Version: bundle.Version, SegmentSize: rc.SegmentSize(), Meta: rc.Meta(), ContentDigest: bundle.FormatDigest(rc.ContentDigest())}
+		Segments: rc.Segments(), Digest: rc.FileDigest().String(), FileDigest: bundle.FormatDigest(rc.FileDigest()),
+		ContentDigest: bundle.FormatDigest(rc.ContentDigest())},
+		Version: bundle.Version, SegmentSize: rc.SegmentSize(), Meta: rc.Meta()}
 	for _, e := range rc.Entries() {
 		if e.Dir {
 			in.Dirs++
@@ -83,8 +91,9 @@ func infoAction(c *cli.Context) error {
 	in.Layers, in.SetContentDigest = []layerJSON{}, in.ContentDigest
 	if set, err := bundle.OpenSet(c.Args().First(), nil); err == nil {
 		for i, r := range set.Read[1:] {
+			d := bundle.FormatDigest(r.FileDigest())
 			in.Layers = append(in.Layers, layerJSON{Path: set.Layers[i+1].Path, Entries: len(r.Entries()), PackedBytes: r.Size(),
-				Digest: bundle.FormatDigest(r.FileDigest()), ContentDigest: bundle.FormatDigest(r.ContentDigest())})
+				Digest: d, ContentDigest: bundle.FormatDigest(r.ContentDigest()), FileDigest: d})
 		}
 		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
 		set.Close()

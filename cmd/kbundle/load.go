@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -112,6 +111,21 @@ type loader struct {
 	speaker bool // prints messages (rank 0)
 }
 
+// newLoader is the loader of c's collective command, rank 0 of the
+// launcher (or no launcher) speaking until MPI says who is rank 0.
+func newLoader(c *cli.Context, det detect.Result) *loader {
+	l := &loader{c: c, rank: max(det.Rank, 0)}
+	l.setSpeaker(det.Rank <= 0)
+	return l
+}
+
+// setSpeaker makes this process the speaker, or not: only the speaker
+// prints JSON, its object or its error object.
+func (l *loader) setSpeaker(s bool) {
+	l.speaker = s
+	l.c.App.Metadata[metaMuted] = !s
+}
+
 // say prints line (a warning of loadcmd's) with the "kbundle: " prefix
 // on the speaker.
 func (l *loader) say(line string) {
@@ -122,12 +136,22 @@ func (l *loader) say(line string) {
 
 // fail returns the exit error, the same code everywhere. The speaker
 // prints the message now, before MPI_Finalize: once another rank has
-// exited non-zero, mpirun may kill this one before main could print it.
+// exited non-zero, mpirun may kill this one before main could print it;
+// under --json, its error object too (execute's, written early).
 func (l *loader) fail(msg string, code int) error {
+	return l.failAs(msg, code, kindOf(code, nil))
+}
+
+// failAs is fail for a failure of kind k.
+func (l *loader) failAs(msg string, code int, k loadcmd.Kind) error {
+	err := withKind(cli.Exit("", code), k)
 	if l.speaker && msg != "" {
 		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: %s\n", msg)
+		if l.c.Bool("json") && !wroteStdout(l.c) { // one object: not after a success's (MPI_Finalize failing)
+			writeFailureJSON(l.c.App.Writer, code, msg, err)
+		}
 	}
-	return cli.Exit("", code)
+	return err
 }
 
 // failure is fail for a failed outcome; a communication failure is
@@ -138,9 +162,9 @@ func (l *loader) failure(o loadcmd.Outcome) error {
 		msg += "\nkbundle: " + o.Hint
 	}
 	if o.Kind == loadcmd.Comm {
-		return cli.Exit(msg, o.Kind.Exit())
+		return withKind(cli.Exit(msg, o.Kind.Exit()), o.Kind)
 	}
-	return l.fail(msg, o.Kind.Exit())
+	return l.failAs(msg, o.Kind.Exit(), o.Kind)
 }
 
 // loadMemoryLimit is the Go heap's soft limit during a load, unless
@@ -157,7 +181,7 @@ func loadAction(c *cli.Context) error {
 	if derr != nil {
 		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
 	}
-	l := &loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}
+	l := newLoader(c, det)
 
 	// Usage errors: the same on every rank, printed by rank 0.
 	if c.NArg() > 0 {
@@ -201,11 +225,11 @@ func loadAction(c *cli.Context) error {
 // error in *err; after an error nothing is left to do.
 func (l *loader) joinMPI(det detect.Result, what string, d time.Duration) (w *mpi.Comm, done func(err *error), err error) {
 	if err := mpi.Init(); err != nil {
-		return nil, nil, cli.Exit(err.Error(), exitError)
+		return nil, nil, withKind(cli.Exit(err.Error(), exitError), loadcmd.Comm)
 	}
 	finalize := func(err *error) {
 		if ferr := mpi.Finalize(); ferr != nil && *err == nil {
-			*err = l.fail(ferr.Error(), exitError)
+			*err = l.failAs(ferr.Error(), exitError, loadcmd.Comm)
 		}
 	}
 	w = mpi.World()
@@ -213,7 +237,8 @@ func (l *loader) joinMPI(det detect.Result, what string, d time.Duration) (w *mp
 		finalize(&err)
 		return nil, nil, err
 	}
-	l.rank, l.speaker = w.Rank(), w.Rank() == 0
+	l.rank = w.Rank()
+	l.setSpeaker(w.Rank() == 0)
 	host, _ := os.Hostname()
 	stop := loadcmd.GuardFor(what, "a node or link may be down", d, w.Rank(), host, func(msg string) {
 		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: %s\n", msg)
@@ -253,12 +278,7 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	out := c.App.Writer
 	switch {
 	case c.Bool("json"):
-		b, err := json.MarshalIndent(o, "", "  ")
-		if err != nil {
-			return cli.Exit(err.Error(), exitError)
-		}
-		fmt.Fprintf(out, "%s\n", b)
-		return nil
+		return writeJSON(out, o)
 	case c.Bool("print-env"):
 		// Only stdout changes: the summary stays on stderr (U12); the
 		// recorded presets count as for a plain load (U4).

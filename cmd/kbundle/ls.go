@@ -16,12 +16,13 @@ func init() {
 	register(&cli.Command{
 		Name:      "ls",
 		Usage:     "list a bundle's entries",
-		UsageText: "kbundle ls FILE [PATTERN...] [-l [-h]] [--preset NAME]...",
+		UsageText: "kbundle ls FILE [PATTERN...] [-l [-h]] [--preset NAME]... [--json]",
 		Description: "Prints one name a line, directories with a trailing /. A name holding control\n" +
 			"characters, a newline or invalid UTF-8 is printed Go-quoted (\"a\\nb\").\n" +
 			"A PATTERN selects a name, what is under it (numba/ or numba), or the names it\n" +
 			"matches (path.Match: '*/k.ptx'); --preset NAME selects what that framework's\n" +
-			"preset keeps in its subdirectory. With -l, a total goes to stderr (not with -q).",
+			"preset keeps in its subdirectory. With -l, a total goes to stderr (not with -q).\n" +
+			"--json prints the entries selected, each with its mode, size, mtime and digest.",
 		// -h is --human-readable here, as in ls(1) (flagsFirst rewrites it):
 		// help is --help alone.
 		HideHelp: true,
@@ -29,7 +30,7 @@ func init() {
 			&cli.BoolFlag{Name: "long", Aliases: []string{"l"}, Usage: "show mode, size, mtime and digest"},
 			&cli.BoolFlag{Name: "human-readable", Usage: "with -l (-lh): sizes in KiB, MiB, GiB and times to the second (-h)"},
 			&cli.StringSliceFlag{Name: "preset", Aliases: []string{"p"}, Usage: "only the entries of framework `NAME`'s preset (repeatable)"},
-			quietFlag,
+			quietFlag, jsonFlag,
 			&cli.BoolFlag{Name: "help", Usage: "show help"},
 		},
 		Action: lsAction,
@@ -102,6 +103,44 @@ func presetSubdirs(values []string) ([]string, error) {
 	return out, nil
 }
 
+// lsJSON is `kbundle ls --json`; fields are only ever added. The counts
+// and List are of the entries selected; the digests are the bundle's.
+type lsJSON struct {
+	jsonHead
+	Path          string      `json:"path"`
+	FileDigest    string      `json:"file_digest"`
+	ContentDigest string      `json:"content_digest"`
+	Entries       int         `json:"entries"`
+	Files         int         `json:"files"`
+	Dirs          int         `json:"dirs"`
+	RawBytes      int64       `json:"raw_bytes"`
+	List          []entryJSON `json:"list"`
+}
+
+// entryJSON is one entry of a bundle, as the install record writes one:
+// Kind "dir" or "file", Mode its permission bits, MTime RFC 3339 UTC with
+// nanoseconds, Digest its content's ("xxh3-128:...", "" for a directory).
+type entryJSON struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`
+	Mode   uint32 `json:"mode"`
+	Size   int64  `json:"size"`
+	MTime  string `json:"mtime"`
+	Digest string `json:"digest"`
+}
+
+// entryOf is e's record.
+func entryOf(e bundle.Entry) entryJSON {
+	ej := entryJSON{Name: e.Name, Kind: bundle.KindFile, Mode: uint32(e.Mode.Perm()), Size: e.Size,
+		MTime: e.ModTime.UTC().Format(time.RFC3339Nano)}
+	if e.Dir {
+		ej.Kind = bundle.KindDir
+	} else {
+		ej.Digest = bundle.FormatDigest(e.Digest)
+	}
+	return ej
+}
+
 func lsAction(c *cli.Context) error {
 	if c.NArg() == 0 {
 		return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
@@ -127,7 +166,9 @@ func lsAction(c *cli.Context) error {
 	defer rc.Close()
 	w := c.App.Writer
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', tabwriter.AlignRight)
-	long, hum := c.Bool("long"), c.Bool("human-readable")
+	long, hum, asJSON := c.Bool("long"), c.Bool("human-readable"), c.Bool("json")
+	out := lsJSON{jsonHead: okHead(), Path: c.Args().First(), FileDigest: bundle.FormatDigest(rc.FileDigest()),
+		ContentDigest: bundle.FormatDigest(rc.ContentDigest()), List: []entryJSON{}}
 	var files, dirs int
 	var size int64
 	for _, e := range rc.Entries() {
@@ -141,6 +182,10 @@ func lsAction(c *cli.Context) error {
 		} else {
 			files++
 			size += e.Size
+		}
+		if asJSON {
+			out.List = append(out.List, entryOf(e))
+			continue
 		}
 		if !long {
 			fmt.Fprintln(w, name)
@@ -162,6 +207,12 @@ func lsAction(c *cli.Context) error {
 	if files+dirs == 0 && (len(filter.patterns) > 0 || len(filter.subdirs) > 0) {
 		return cli.Exit(fmt.Sprintf("no entry of %s matches\nkbundle: hint: names are relative to the cache directory (numba/, triton/*/k.json); kbundle ls %s lists them all",
 			safe(c.Args().First()), safe(c.Args().First())), exitError)
+	}
+	if asJSON {
+		out.Entries, out.Files, out.Dirs, out.RawBytes = files+dirs, files, dirs, size
+		if err := writeJSON(w, out); err != nil {
+			return err
+		}
 	}
 	if long {
 		say(c, "total: %s and %s, %s", plural(files, "file", "files"), plural(dirs, "directory", "directories"), human(size))

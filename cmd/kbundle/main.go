@@ -5,7 +5,8 @@
 // What several commands share lives in a file named for what it is:
 // flags.go (flag definitions), args.go (flags after arguments), open.go
 // (opening the bundle argument), errors.go (exit statuses and hints),
-// output.go (formatting and escaping), progress.go (progress display) and
+// json.go (the one schema of --json: its head, the error object, the
+// canonical names), output.go (formatting and escaping), progress.go (progress display) and
 // presets.go (the presets command and --preset parsing), help.go (the
 // help command, usage errors and "did you mean" suggestions) and man.go
 // (the man page). Every command
@@ -137,7 +138,8 @@ func (interrupted) Is(target error) bool { return target == context.Canceled }
 
 // run executes the CLI with args (args[0] is the program name) and maps
 // errors to exit codes; every message is printed once to stderr as
-// "kbundle: ...".
+// "kbundle: ...", and under --json a failure's error object on stdout
+// (execute).
 //
 // SIGTERM, SIGINT and SIGHUP (scancel, a time limit, Ctrl-C) cancel the
 // command's context: it stops, removes what it wrote and run returns
@@ -179,15 +181,31 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
 		os.Exit(128 + n)
 	}()
-	app := newApp(stdout, stderr)
+	out := &countingWriter{w: stdout}
+	app := newApp(out, stderr)
 	app.Metadata = map[string]any{"args": args}
-	err := app.RunContext(ctx, flagsFirst(app, args))
+	args = flagsFirst(app, args)
+	err := app.RunContext(ctx, args)
+	code, msg := exitStatus(err, int(got.Load()))
+	// Under --json, a failure is an object on stdout too, for every
+	// command: the error object, unless the command printed its own
+	// (status and clean report what failed in theirs; load's rank 0
+	// prints it before MPI_Finalize) or is not the one that speaks.
+	if code != exitOK && out.n == 0 && app.Metadata[metaMuted] != true && jsonRequested(app, args) {
+		writeFailureJSON(stdout, code, msg, err)
+	}
+	return code, msg
+}
+
+// exitStatus is the exit status and the final message of a command that
+// returned err, signal n (0: none) having come meanwhile.
+func exitStatus(err error, n int) (int, string) {
 	// A command that finished despite the signal (it came after the last
 	// point where it could stop: pack's rename, say) did its work: that is
 	// reported as success, never as "stopped" (S8).
-	if n := got.Load(); n != 0 && err != nil {
+	if n != 0 && err != nil {
 		bundle.RemoveTemps()
-		return 128 + int(n), interrupted{syscall.Signal(n)}.Error() + "; stopped"
+		return 128 + n, interrupted{syscall.Signal(n)}.Error() + "; stopped"
 	}
 	if err == nil {
 		return exitOK, ""

@@ -189,6 +189,10 @@ func manPage(app *cli.App) string {
 	for _, s := range exitStatuses {
 		fmt.Fprintf(&b, ".TP\n.B %s\n%s", s[0], roff(s[1]))
 	}
+	b.WriteString(".SH BACKWARDS COMPATIBILITY\n" + roff("Every --json object (but presets' list) carries schema_version (1) and ok; within a "+
+		"schema version fields are only ever added, and kbundle promises no breaking change within version 1. Under --json a "+
+		"failure prints an error object on stdout (ok false, kind, reason, hint, exit_status); the exit status and stderr are "+
+		"those without --json. docs/json-schema.json describes every object; usage.md, \"JSON output\", names them."))
 	b.WriteString(".SH EXAMPLES\n")
 	for _, e := range manExamples {
 		b.WriteString(".PP\n" + roff(e[0]) + ".PP\n.RS\n.EX\n" + roff(e[1]) + ".EE\n.RE\n")

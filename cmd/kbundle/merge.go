@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -49,13 +48,7 @@ func mergeAction(c *cli.Context) error {
 		return cli.Exit(err.Error(), code)
 	}
 	if c.Bool("json") {
-		b, _ := json.Marshal(struct {
-			Path    string   `json:"path"`
-			Folded  int      `json:"folded"`
-			Removed []string `json:"removed"`
-			Content string   `json:"content_digest,omitempty"`
-		}{res.Path, res.Folded, res.Removed, digestOrEmpty(res)})
-		fmt.Fprintln(c.App.Writer, string(b))
+		writeMergeJSON(c, path, res)
 	}
 	if !c.Bool("quiet") {
 		if res.Folded == 0 {
@@ -69,11 +62,4 @@ func mergeAction(c *cli.Context) error {
 		}
 	}
 	return nil
-}
-
-func digestOrEmpty(r *bundle.MergeResult) string {
-	if r.Folded == 0 {
-		return ""
-	}
-	return bundle.FormatDigest(r.Content)
 }

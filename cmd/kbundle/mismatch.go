@@ -31,7 +31,7 @@ func (l *loader) mismatch(det detect.Result, comm int) error {
 	if err == nil {
 		return nil
 	}
-	l.speaker = det.Rank <= 0 // every singleton is MPI's rank 0
+	l.setSpeaker(det.Rank <= 0) // every singleton is MPI's rank 0
 	if !l.speaker {
 		time.Sleep(refuseDelay)
 	}

@@ -86,3 +86,13 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// writeJSONLine writes v as one JSON object on one line.
+func writeJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return cli.Exit(err.Error(), exitError)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

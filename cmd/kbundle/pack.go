@@ -121,10 +121,18 @@ type packJSON struct {
 func reportPack(c *cli.Context, dir string, res *bundle.PackResult, took time.Duration) error {
 	packWarnings(c.App.ErrWriter, dir, res)
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{Path: res.Path, Entries: res.Entries(),
+		// The content digest is the index's: read back from the bundle
+		// just written.
+		content := ""
+		if rc, err := bundle.Open(res.Path, nil); err == nil {
+			content = bundle.FormatDigest(rc.ContentDigest())
+			rc.Close()
+		}
+		return writeJSON(c.App.Writer, packJSON{bundleJSON: bundleJSON{jsonHead: okHead(), Path: res.Path, Entries: res.Entries(),
 			Files: res.Files, Dirs: res.Dirs, RawBytes: res.RawBytes, DataBytes: res.DataBytes,
 			PackedBytes: res.PackedBytes, Ratio: ratio(res.RawBytes, res.PackedBytes), Segments: res.Segments,
-			Digest: res.Digest.String()}, Skipped: append([]string{}, res.Skipped...),
+			Digest: res.Digest.String(), FileDigest: bundle.FormatDigest(res.Digest), ContentDigest: content},
+			Skipped: append([]string{}, res.Skipped...),
 			LeftOut: append([]string{}, res.LeftOut...),
 			Copied:  append([]string{}, res.Copied...), Writable: append([]string{}, res.Writable...),
 			Untrust: errString(res.Untrusted), Seconds: took.Seconds()})

@@ -15,13 +15,13 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// statusSchema is the version of `kbundle status --json`'s object.
-const statusSchema = 1
-
 // statusJSON is `kbundle status --json`; fields are only ever added.
+// When a DEST is not a tree kbundle installed, or cannot be read (exit
+// 1), ok is false and the failure's fields say so: status reports what
+// failed in its own object.
 type statusJSON struct {
-	SchemaVersion int          `json:"schema_version"`
-	Trees         []statusTree `json:"trees"`
+	jsonHead
+	Trees []statusTree `json:"trees"`
 }
 
 // Tree states in `kbundle status`.
@@ -41,19 +41,27 @@ type statusTree struct {
 	// Reason says why a tree is not "installed" ("" when it is).
 	Reason string `json:"reason,omitempty"`
 	// From the install record (state "installed").
-	RecordedDest  string               `json:"recorded_dest,omitempty"`
-	ContentDigest string               `json:"content_digest,omitempty"`
-	Layers        []bundle.RecordLayer `json:"layers,omitempty"`
-	Installed     string               `json:"installed,omitempty"`
-	Job           string               `json:"job,omitempty"`
-	Host          string               `json:"host,omitempty"`
-	Presets       []string             `json:"presets,omitempty"`
-	Env           []string             `json:"env,omitempty"`
-	Entries       int                  `json:"entries"`
-	Files         int                  `json:"files"`
-	Dirs          int                  `json:"dirs"`
-	Bytes         int64                `json:"bytes"`
-	Tree          *statusChange        `json:"tree,omitempty"`
+	RecordedDest  string        `json:"recorded_dest,omitempty"`
+	ContentDigest string        `json:"content_digest,omitempty"`
+	Layers        []statusLayer `json:"layers,omitempty"`
+	Installed     string        `json:"installed,omitempty"`
+	Job           string        `json:"job,omitempty"`
+	Host          string        `json:"host,omitempty"`
+	Presets       []string      `json:"presets,omitempty"`
+	Env           []string      `json:"env,omitempty"`
+	Entries       int           `json:"entries"`
+	Files         int           `json:"files"`
+	Dirs          int           `json:"dirs"`
+	Bytes         int64         `json:"bytes"`
+	Tree          *statusChange `json:"tree,omitempty"`
+	RawBytes      int64         `json:"raw_bytes"` // Bytes, under its canonical name
+}
+
+// statusLayer is one bundle of an installed set, as its install record
+// names it, with its whole-file digest under the canonical name too.
+type statusLayer struct {
+	bundle.RecordLayer
+	FileDigest string `json:"file_digest"`
 }
 
 // statusChange is how the tree differs from its record, counted.
@@ -90,9 +98,17 @@ func statusAction(c *cli.Context) error {
 		return statusNodes(c, det, dests)
 	}
 	scanned := len(dests) == 0
-	out := statusJSON{SchemaVersion: statusSchema}
-	var bad int64
-	out.Trees, bad = collectStatus(dests)
+	out := statusJSON{jsonHead: okHead()}
+	out.Trees, _ = collectStatus(dests)
+	var failed []string // what went wrong, as stderr says it (below)
+	for _, t := range out.Trees {
+		if t.State == stateNotKbundle || t.State == stateUnreadable {
+			failed = append(failed, fmt.Sprintf("%s: %s", safe(t.Dest), safe(t.Reason)))
+		}
+	}
+	if len(failed) > 0 {
+		out.jsonHead = failedHead(exitError, strings.Join(failed, "\nkbundle: "), nil)
+	}
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, out); err != nil {
 			return err
@@ -108,12 +124,10 @@ func statusAction(c *cli.Context) error {
 	if scanned && len(out.Trees) == 0 {
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: nothing installed: no tree of yours named %s*\n", safe(minePrefix(loadcmd.UserName())))
 	}
-	for _, t := range out.Trees {
-		if t.State == stateNotKbundle || t.State == stateUnreadable {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s: %s\n", safe(t.Dest), safe(t.Reason))
-		}
+	for _, f := range failed {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", f)
 	}
-	if bad > 0 {
+	if len(failed) > 0 {
 		return cli.Exit("", exitError)
 	}
 	return nil
@@ -190,7 +204,10 @@ func treeStatus(dest string) statusTree {
 	if rec.Dest != dest {
 		t.RecordedDest = rec.Dest
 	}
-	t.ContentDigest, t.Layers = rec.ContentDigest, rec.Layers
+	t.ContentDigest = rec.ContentDigest
+	for _, l := range rec.Layers {
+		t.Layers = append(t.Layers, statusLayer{RecordLayer: l, FileDigest: l.Digest})
+	}
 	t.Installed, t.Job, t.Host, t.Presets = rec.Installed, rec.Job, rec.Host, rec.Presets
 	for i := range rec.Entries {
 		if rec.Entries[i].Kind == bundle.KindDir {
@@ -200,7 +217,7 @@ func treeStatus(dest string) statusTree {
 			t.Bytes += rec.Entries[i].Size
 		}
 	}
-	t.Entries = t.Files + t.Dirs
+	t.Entries, t.RawBytes = t.Files+t.Dirs, t.Bytes
 	var presets []*warmup.Preset
 	for _, n := range rec.Presets {
 		if p, err := warmup.Lookup(n); err == nil {

@@ -28,8 +28,8 @@ type nodeStatusJSON struct {
 // statusNodesJSON is `kbundle status --json` under a launcher: one
 // object, from rank 0, with every node.
 type statusNodesJSON struct {
-	SchemaVersion int              `json:"schema_version"`
-	Nodes         []nodeStatusJSON `json:"nodes"`
+	jsonHead
+	Nodes []nodeStatusJSON `json:"nodes"`
 }
 
 // statusTag tags the nodes' status messages.
@@ -96,7 +96,10 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) 
 		return cli.Exit(err.Error(), exitError)
 	}
 	if world.Rank() == 0 {
-		out.SchemaVersion = statusSchema
+		out.jsonHead = okHead()
+		if bad > 0 {
+			out.jsonHead = failedHead(exitError, fmt.Sprintf("%d trees on the nodes are not kbundle's or could not be read", bad), nil)
+		}
 		if c.Bool("json") {
 			if err := writeJSON(c.App.Writer, out); err != nil {
 				return err

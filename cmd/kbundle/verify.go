@@ -7,17 +7,20 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// verifyJSON is `kbundle verify --json`, printed only when the bundle is
-// intact; fields are only ever added.
+// verifyJSON is `kbundle verify --json` when the bundle is intact (else
+// the error object); fields are only ever added. Digest is the whole
+// file's in bare hex, as it always was; FileDigest the canonical form.
 type verifyJSON struct {
-	Path      string  `json:"path"`
-	OK        bool    `json:"ok"`
-	Deep      bool    `json:"deep"`
-	Entries   int     `json:"entries"`
-	RawBytes  int64   `json:"raw_bytes"`
-	DataBytes int64   `json:"data_bytes"`
-	Digest    string  `json:"digest"`
-	Seconds   float64 `json:"seconds"`
+	jsonHead
+	Path          string  `json:"path"`
+	Deep          bool    `json:"deep"`
+	Entries       int     `json:"entries"`
+	RawBytes      int64   `json:"raw_bytes"`
+	DataBytes     int64   `json:"data_bytes"`
+	Digest        string  `json:"digest"`
+	Seconds       float64 `json:"seconds"`
+	FileDigest    string  `json:"file_digest"`
+	ContentDigest string  `json:"content_digest"`
 }
 
 func init() {
@@ -51,8 +54,9 @@ func verifyAction(c *cli.Context) error {
 	took := time.Since(start)
 	name := c.Args().First()
 	if c.Bool("json") {
-		return writeJSON(c.App.Writer, verifyJSON{Path: name, OK: true, Deep: c.Bool("deep"), Entries: len(rc.Entries()),
-			RawBytes: rc.RawSize(), DataBytes: rc.DataSize(), Digest: rc.FileDigest().String(), Seconds: took.Seconds()})
+		return writeJSON(c.App.Writer, verifyJSON{jsonHead: okHead(), Path: name, Deep: c.Bool("deep"), Entries: len(rc.Entries()),
+			RawBytes: rc.RawSize(), DataBytes: rc.DataSize(), Digest: rc.FileDigest().String(), Seconds: took.Seconds(),
+			FileDigest: bundle.FormatDigest(rc.FileDigest()), ContentDigest: bundle.FormatDigest(rc.ContentDigest())})
 	}
 	what := "whole-file digest"
 	if c.Bool("deep") {

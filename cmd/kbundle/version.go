@@ -30,6 +30,7 @@ func init() {
 
 // versionInfo is `kbundle version --json`; fields are only ever added.
 type versionInfo struct {
+	jsonHead
 	Version    string `json:"version"`
 	Go         string `json:"go"`
 	Platform   string `json:"platform"`
@@ -57,6 +58,7 @@ func newVersionInfo(verbose bool) versionInfo {
 		lib = strings.Join(strings.Fields(lib), " ")
 	}
 	return versionInfo{
+		jsonHead:   okHead(),
 		Version:    version(),
 		Go:         runtime.Version(),
 		Platform:   runtime.GOOS + "/" + runtime.GOARCH,

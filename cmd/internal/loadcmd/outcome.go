@@ -17,12 +17,21 @@ import (
 	"github.com/kbundle/kbundle/mpi"
 )
 
+// SchemaVersion is the version of every JSON object kbundle prints
+// (`--json`, and kbundle_load's answer): docs/usage.md, "JSON output",
+// and docs/json-schema.json. Fields are only ever added within a
+// version; it would change only with a breaking change, which kbundle
+// promises not to make within version 1.
+const SchemaVersion = 1
+
 // Outcome is what a load did, in one JSON shape: `kbundle load --json`
 // (rank 0, on success) and kbundle_load's answer (every rank). Fields are
 // only ever added (docs/usage.md, docs/python.md). On success OK is true
 // and the summary is filled; otherwise Kind, Reason (lines, without the
-// "kbundle: " prefix) and Hint say why.
+// "kbundle: " prefix) and Hint say why. (A failed `kbundle load --json`
+// prints the CLI's error object, the same for every command, instead.)
 type Outcome struct {
+	SchemaVersion int      `json:"schema_version"`
 	OK            bool     `json:"ok"`
 	Kind          Kind     `json:"kind,omitempty"`
 	Reason        string   `json:"reason,omitempty"`
@@ -64,13 +73,20 @@ type Outcome struct {
 	// Warnings are the lines rank 0 prints, without the "kbundle: "
 	// prefix (Warnings).
 	Warnings []string `json:"warnings"`
+	// The canonical names (docs/usage.md, "Canonical names") of fields
+	// above, which stay: Path is Bundle, PackedBytes Bytes, Seconds
+	// TotalSeconds.
+	Path        string  `json:"path,omitempty"`
+	PackedBytes int64   `json:"packed_bytes"`
+	Seconds     float64 `json:"seconds"`
 }
 
 // Loaded is the outcome of a load of bundle that returned sum; usingMPI:
 // over MPI.
 func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
 	return Outcome{
-		OK: true, Dest: sum.Dest, Bundle: bundle, Entries: sum.Entries, Bytes: sum.Bytes,
+		SchemaVersion: SchemaVersion, OK: true, Dest: sum.Dest, Bundle: bundle, Path: bundle, PackedBytes: sum.Bytes,
+		Seconds: sum.Total.Seconds(), Entries: sum.Entries, Bytes: sum.Bytes,
 		RawBytes: sum.RawBytes, Nodes: sum.Nodes, Ranks: sum.Ranks, MPI: usingMPI, Leader: sum.Leader,
 		ReadSeconds: sum.Read.Seconds(), BcastSeconds: sum.Bcast.Seconds(),
 		ExtractSecs: sum.Extract.Seconds(), TotalSeconds: sum.Total.Seconds(),
@@ -198,8 +214,7 @@ func KindOf(err error) Kind {
 	switch {
 	case errors.Is(err, ErrUsage), errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, bundle.ErrNoParent):
 		return Usage
-	case errors.Is(err, broadcast.ErrComm), errors.Is(err, mpi.ErrNotInitialized), errors.Is(err, mpi.ErrThreadLevel),
-		errors.Is(err, mpi.ErrABI):
+	case IsComm(err):
 		return Comm
 	case !errors.Is(err, broadcast.ErrNoBundle):
 		return Failed // at a node's destination
@@ -209,6 +224,13 @@ func KindOf(err error) Kind {
 		return Failed // the bundle cannot be read by this user: not its fault
 	}
 	return Unusable
+}
+
+// IsComm reports whether err is MPI's or the communicator's (kind Comm),
+// for any command.
+func IsComm(err error) bool {
+	return errors.Is(err, broadcast.ErrComm) || errors.Is(err, mpi.ErrNotInitialized) || errors.Is(err, mpi.ErrThreadLevel) ||
+		errors.Is(err, mpi.ErrABI)
 }
 
 // Failure is the outcome of a load that failed with err, in front f's
@@ -223,7 +245,7 @@ func Failure(f Front, err error) Outcome {
 	if k == Failed && !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
-	o := Outcome{Kind: k, Reason: strings.Join(lines, "\n"), Hint: Hint(f, err)}
+	o := Outcome{SchemaVersion: SchemaVersion, Kind: k, Reason: strings.Join(lines, "\n"), Hint: Hint(f, err)}
 	if f == Python && (k == Unusable || k == Failed) {
 		o.Warnings = []string{notLoaded}
 	}
