@@ -551,3 +551,14 @@ func EmptySet(path string) (*OpenedSet, error) {
 	}
 	return &OpenedSet{Path: path, Layers: []SetLayer{{Path: path}}, Read: []*ReadCloser{{Reader: r}}}, nil
 }
+
+// SetMembers are the bundles of the set at path as a reader loads them:
+// the base, when it exists, then the layers above its MetaSetFolded.
+func SetMembers(path string) ([]SetLayer, error) {
+	var out []SetLayer
+	if _, err := os.Lstat(path); err == nil {
+		out = append(out, SetLayer{Path: path})
+	}
+	ls, err := ListLayers(path, foldedOf(path))
+	return append(out, ls...), err
+}

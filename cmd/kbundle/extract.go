@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "extract",
 		Usage:     "extract a bundle into a directory, atomically",
-		UsageText: "kbundle extract FILE DEST [--force] [--parents] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--json] [-q]",
+		UsageText: "kbundle extract [FILE] DEST [--force] [--parents] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--json] [-q]",
 		Description: "Extracts FILE to DEST as one node of `kbundle load` does: into a private\n" +
 			"temporary sibling of DEST, relocated for the presets (the ones recorded in the\n" +
 			"bundle, or --preset's), then renamed into place; a failure installs nothing.\n" +
@@ -48,9 +49,16 @@ func init() {
 }
 
 func extractAction(c *cli.Context) error {
-	a, err := args(c, "FILE", "DEST")
-	if err != nil {
-		return err
+	if c.NArg() < 1 || c.NArg() > 2 {
+		return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
+	}
+	a := c.Args().Slice()
+	if len(a) == 1 { // DEST alone: the bundle is the default one
+		names, err := bundleArgs(c, nil)
+		if err != nil {
+			return err
+		}
+		a = []string{names[0], a[0]}
 	}
 	n, err := jobs(c)
 	if err != nil {
@@ -92,8 +100,20 @@ func extractAction(c *cli.Context) error {
 	if len(presets) > 0 {
 		applied = strings.Split(warmup.PresetNames(presets), ",")
 	}
-	st, err := rc.Stage(c.Context, a[1], &bundle.ExtractOptions{Force: c.Bool("force"), Parents: c.Bool("parents"), Jobs: n, Progress: bar.update, Trust: trust,
-		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}})
+	opt := &bundle.ExtractOptions{Force: c.Bool("force"), Parents: c.Bool("parents"), Jobs: n, Progress: bar.update, Trust: trust,
+		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}}
+	base := rc.Reader
+	// A set's base with layers: the merged view, as load installs it.
+	if set, err := bundle.OpenSet(a[0], &bundle.OpenOptions{Trusted: true, Trust: trust}); err == nil {
+		defer set.Close()
+		if set.HasDeltas() {
+			base, opt = set.Read[0].Reader, set.StageOptions(*opt)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		bar.done()
+		return exit(err) // a layer that cannot be used: as load refuses it
+	}
+	st, err := base.Stage(c.Context, a[1], opt)
 	bar.done()
 	if err != nil {
 		return exit(atDest(err))

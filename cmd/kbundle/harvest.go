@@ -34,7 +34,7 @@ func init() {
 			"Exit status, the same on every rank: 0 harvested (or nothing to harvest),\n" +
 			"1 error (nothing was published).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, EnvVars: []string{"KBUNDLE_BUNDLE"}, Usage: "the bundle set's `PATH`"},
+			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "the bundle set's `PATH` [$KBUNDLE_BUNDLE]"},
 			dirFlag,
 			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST` that load installed"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
@@ -56,9 +56,14 @@ func harvestAction(c *cli.Context) (err error) {
 	if c.NArg() > 0 {
 		return l.fail(fmt.Sprintf("harvest takes no arguments (got %q)", c.Args().First()), exitUsage)
 	}
+	// The rule load follows: --bundle, then --dir, then KBUNDLE_BUNDLE,
+	// then KBUNDLE_CACHE_DIR.
 	path := c.String("bundle")
-	if path == "" && c.String("dir") != "" {
-		path = filepath.Join(c.String("dir"), broadcast.BundleName)
+	if dir := c.String("dir"); path == "" && dir != "" && dir != os.Getenv(broadcast.CacheDirEnv) {
+		path = filepath.Join(dir, broadcast.BundleName)
+	}
+	if path == "" {
+		path = loadcmd.DefaultBundle(os.Getenv)
 	}
 	if path == "" {
 		return l.fail("no bundle set: pass --bundle PATH or --dir DIR, or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR", exitUsage)

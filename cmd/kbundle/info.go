@@ -61,8 +61,10 @@ func init() {
 	register(&cli.Command{
 		Name:      "info",
 		Usage:     "describe a bundle: counts, sizes, digest and where it was made",
-		UsageText: "kbundle info FILE [--json]",
+		UsageText: "kbundle info [FILE] [--json]",
 		Description: "Reads the index only; it does not check the contents (kbundle verify does).\n" +
+			"FILE is a bundle or a set's base (its layers are listed); default $KBUNDLE_BUNDLE, else\n" +
+			"$KBUNDLE_CACHE_DIR/cache.kbundle, as for load.\n" +
 			"Names and metadata holding control characters are printed Go-quoted.",
 		Flags:  []cli.Flag{jsonFlag},
 		Action: infoAction,
@@ -70,12 +72,12 @@ func init() {
 }
 
 func infoAction(c *cli.Context) error {
-	rc, err := openArg(c)
+	rc, name, err := openArg(c)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	in := infoJSON{bundleJSON: bundleJSON{jsonHead: okHead(), Path: c.Args().First(), RawBytes: rc.RawSize(),
+	in := infoJSON{bundleJSON: bundleJSON{jsonHead: okHead(), Path: name, RawBytes: rc.RawSize(),
 		DataBytes: rc.DataSize(), PackedBytes: rc.Size(), Ratio: ratio(rc.RawSize(), rc.Size()),
 		Segments: rc.Segments(), Digest: rc.FileDigest().String(), FileDigest: bundle.FormatDigest(rc.FileDigest()),
 		ContentDigest: bundle.FormatDigest(rc.ContentDigest())},
@@ -89,7 +91,7 @@ func infoAction(c *cli.Context) error {
 	}
 	in.Entries = in.Files + in.Dirs
 	in.Layers, in.SetContentDigest = []layerJSON{}, in.ContentDigest
-	if set, err := bundle.OpenSet(c.Args().First(), nil); err == nil {
+	if set, err := bundle.OpenSet(name, nil); err == nil {
 		for i, r := range set.Read[1:] {
 			d := bundle.FormatDigest(r.FileDigest())
 			in.Layers = append(in.Layers, layerJSON{Path: set.Layers[i+1].Path, Entries: len(r.Entries()), PackedBytes: r.Size(),

@@ -16,7 +16,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "ls",
 		Usage:     "list a bundle's entries",
-		UsageText: "kbundle ls FILE [PATTERN...] [-l [-h]] [--preset NAME]... [--json]",
+		UsageText: "kbundle ls [FILE [PATTERN...]] [-l [-h]] [--preset NAME]... [--json]",
 		Description: "Prints one name a line, directories with a trailing /. A name holding control\n" +
 			"characters, a newline or invalid UTF-8 is printed Go-quoted (\"a\\nb\").\n" +
 			"A PATTERN selects a name, what is under it (numba/ or numba), or the names it\n" +
@@ -142,16 +142,17 @@ func entryOf(e bundle.Entry) entryJSON {
 }
 
 func lsAction(c *cli.Context) error {
-	if c.NArg() == 0 {
-		return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
+	names, err := bundleArgs(c, c.Args().Slice())
+	if err != nil {
+		return err
 	}
+	name := names[0]
 	filter := &lsFilter{patterns: c.Args().Tail()}
 	for _, p := range filter.patterns {
 		if _, err := path.Match(p, ""); err != nil {
 			return cli.Exit(fmt.Sprintf("pattern %q: %v", safe(p), err), exitUsage)
 		}
 	}
-	var err error
 	if filter.subdirs, err = presetSubdirs(c.StringSlice("preset")); err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -159,19 +160,34 @@ func lsAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rc, err := openBundle(c, c.Args().First(), &bundle.OpenOptions{Trust: trust})
+	rc, err := openBundle(c, name, &bundle.OpenOptions{Trust: trust})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	// A set's base with layers: its merged view, as load installs it.
+	entries, content := rc.Entries(), rc.ContentDigest()
+	if set, err := bundle.OpenSet(name, &bundle.OpenOptions{Trust: trust}); err == nil {
+		defer set.Close()
+		if set.HasDeltas() {
+			entries = entries[:0:0]
+			for _, e := range set.Merged(bundle.CacheUnit) {
+				entries = append(entries, e.Entry)
+			}
+			content = set.ContentDigest(bundle.CacheUnit)
+			if !c.Bool("quiet") && !c.Bool("json") {
+				fmt.Fprintf(c.App.ErrWriter, "kbundle: %s: the set's merged view, the base and %s\n", safe(name), plural(len(set.Read)-1, "layer", "layers"))
+			}
+		}
+	}
 	w := c.App.Writer
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', tabwriter.AlignRight)
 	long, hum, asJSON := c.Bool("long"), c.Bool("human-readable"), c.Bool("json")
-	out := lsJSON{jsonHead: okHead(), Path: c.Args().First(), FileDigest: bundle.FormatDigest(rc.FileDigest()),
-		ContentDigest: bundle.FormatDigest(rc.ContentDigest()), List: []entryJSON{}}
+	out := lsJSON{jsonHead: okHead(), Path: name, FileDigest: bundle.FormatDigest(rc.FileDigest()),
+		ContentDigest: bundle.FormatDigest(content), List: []entryJSON{}}
 	var files, dirs int
 	var size int64
-	for _, e := range rc.Entries() {
+	for _, e := range entries {
 		if !filter.match(e.Name) {
 			continue
 		}
@@ -206,7 +222,7 @@ func lsAction(c *cli.Context) error {
 	}
 	if files+dirs == 0 && (len(filter.patterns) > 0 || len(filter.subdirs) > 0) {
 		return cli.Exit(fmt.Sprintf("no entry of %s matches\nkbundle: hint: names are relative to the cache directory (numba/, triton/*/k.json); kbundle ls %s lists them all",
-			safe(c.Args().First()), safe(c.Args().First())), exitError)
+			safe(name), safe(name)), exitError)
 	}
 	if asJSON {
 		out.Entries, out.Files, out.Dirs, out.RawBytes = files+dirs, files, dirs, size

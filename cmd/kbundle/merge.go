@@ -13,7 +13,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "merge",
 		Usage:     "fold a bundle set's layers into one bundle",
-		UsageText: "kbundle merge [--json] [--grace D] PATH",
+		UsageText: "kbundle merge [--json] [--grace D] [PATH]",
 		Description: "Writes the set's merged view (later layers win, per cache unit) as one bundle,\n" +
 			"identical contents stored once, and renames it over PATH: a job loading\n" +
 			"meanwhile sees the old set or the new one. The folded layers stay in PATH.d\n" +
@@ -30,10 +30,14 @@ func init() {
 }
 
 func mergeAction(c *cli.Context) error {
-	if c.NArg() != 1 {
+	if c.NArg() > 1 {
 		return cli.Exit("merge takes one PATH", exitUsage)
 	}
-	path := c.Args().First()
+	names, err := bundleArgs(c, c.Args().Slice())
+	if err != nil {
+		return err
+	}
+	path := names[0]
 	trust, err := trustPolicy()
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)

@@ -14,16 +14,20 @@ import (
 
 // openArg opens the bundle named by the command's only argument, with a
 // usage error when there is not exactly one.
-func openArg(c *cli.Context) (*bundle.ReadCloser, error) {
-	a, err := args(c, "FILE")
+func openArg(c *cli.Context) (*bundle.ReadCloser, string, error) {
+	if c.NArg() > 1 {
+		return nil, "", cli.Exit("usage: "+c.Command.UsageText, exitUsage)
+	}
+	names, err := bundleArgs(c, c.Args().Slice())
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	trust, err := trustPolicy()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return openBundle(c, a[0], &bundle.OpenOptions{Trust: trust})
+	rc, err := openBundle(c, names[0], &bundle.OpenOptions{Trust: trust})
+	return rc, names[0], err
 }
 
 // fileMagic is how every bundle starts (docs/FORMAT.md, "Header").

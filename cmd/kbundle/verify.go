@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -21,13 +22,19 @@ type verifyJSON struct {
 	Seconds       float64 `json:"seconds"`
 	FileDigest    string  `json:"file_digest"`
 	ContentDigest string  `json:"content_digest"`
+	// Bundles are, when more than one was checked, every one, this one
+	// first: each FILE given and its set's layers.
+	Bundles []verifyJSON `json:"bundles,omitempty"`
 }
 
 func init() {
 	register(&cli.Command{
 		Name:      "verify",
 		Usage:     "check a bundle's whole-file digest (with --deep, every entry's content digest too)",
-		UsageText: "kbundle verify FILE [--deep] [--jobs N] [--json] [-q]",
+		UsageText: "kbundle verify [FILE...] [--deep] [--jobs N] [--json] [-q]",
+		Description: "Checks each FILE (a bundle or a set's base, default $KBUNDLE_BUNDLE, else\n" +
+			"$KBUNDLE_CACHE_DIR/cache.kbundle) and the layers of its set above the base, as load reads them.\n" +
+			"One line each; any failure makes the exit status the first failure's.",
 		Flags: []cli.Flag{jobsFlag, jsonFlag, quietFlag,
 			&cli.BoolFlag{Name: "deep", Usage: "also decompress every segment and check every entry's content digest"}},
 		Action: verifyAction,
@@ -39,9 +46,62 @@ func verifyAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rc, err := openArg(c)
+	names, err := bundleArgs(c, c.Args().Slice())
 	if err != nil {
 		return err
+	}
+	// Each FILE with its set's layers above the base: what load reads.
+	var paths []string
+	for _, name := range names {
+		ms, lerr := bundle.SetMembers(name)
+		if lerr != nil || len(ms) == 0 {
+			paths = append(paths, name) // the open says why
+			continue
+		}
+		for _, m := range ms {
+			paths = append(paths, m.Path)
+		}
+	}
+	var all []verifyJSON
+	var failed []error
+	for _, p := range paths {
+		v, err := verifyOne(c, p, n)
+		if err != nil {
+			if len(paths) == 1 {
+				return err
+			}
+			failed = append(failed, err)
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", err)
+			continue
+		}
+		all = append(all, v)
+	}
+	if len(failed) > 0 {
+		code := exitError
+		if ec, ok := failed[0].(cli.ExitCoder); ok {
+			code = ec.ExitCode()
+		}
+		return cli.Exit(fmt.Sprintf("%d of %d bundles failed the check (above)", len(failed), len(paths)), code)
+	}
+	if c.Bool("json") {
+		out := all[0]
+		if len(all) > 1 {
+			out.Bundles = all
+		}
+		return writeJSON(c.App.Writer, out)
+	}
+	return nil
+}
+
+// verifyOne checks the bundle at name and says so (unless --json).
+func verifyOne(c *cli.Context, name string, n int) (verifyJSON, error) {
+	trust, err := trustPolicy()
+	if err != nil {
+		return verifyJSON{}, err
+	}
+	rc, err := openBundle(c, name, &bundle.OpenOptions{Trust: trust})
+	if err != nil {
+		return verifyJSON{}, err
 	}
 	defer rc.Close()
 	start := time.Now()
@@ -49,20 +109,19 @@ func verifyAction(c *cli.Context) error {
 	err = rc.Verify(c.Context, &bundle.VerifyOptions{Deep: c.Bool("deep"), Jobs: n, Progress: bar.update})
 	bar.done()
 	if err != nil {
-		return exit(err)
+		return verifyJSON{}, exit(err)
 	}
 	took := time.Since(start)
-	name := c.Args().First()
-	if c.Bool("json") {
-		return writeJSON(c.App.Writer, verifyJSON{jsonHead: okHead(), Path: name, Deep: c.Bool("deep"), Entries: len(rc.Entries()),
-			RawBytes: rc.RawSize(), DataBytes: rc.DataSize(), Digest: rc.FileDigest().String(), Seconds: took.Seconds(),
-			FileDigest: bundle.FormatDigest(rc.FileDigest()), ContentDigest: bundle.FormatDigest(rc.ContentDigest())})
+	v := verifyJSON{jsonHead: okHead(), Path: name, Deep: c.Bool("deep"), Entries: len(rc.Entries()),
+		RawBytes: rc.RawSize(), DataBytes: rc.DataSize(), Digest: rc.FileDigest().String(), Seconds: took.Seconds(),
+		FileDigest: bundle.FormatDigest(rc.FileDigest()), ContentDigest: bundle.FormatDigest(rc.ContentDigest())}
+	if !c.Bool("json") {
+		what := "whole-file digest"
+		if c.Bool("deep") {
+			what = "every entry"
+		}
+		say(c, "%s: ok (%s), %s, %s, xxh3-128:%s, in %s", safe(name), what, plural(len(rc.Entries()), "entry", "entries"),
+			human(rc.RawSize()), rc.FileDigest(), elapsed(took))
 	}
-	what := "whole-file digest"
-	if c.Bool("deep") {
-		what = "every entry"
-	}
-	say(c, "%s: ok (%s), %s, %s, xxh3-128:%s, in %s", safe(name), what, plural(len(rc.Entries()), "entry", "entries"),
-		human(rc.RawSize()), rc.FileDigest(), elapsed(took))
-	return nil
+	return v, nil
 }

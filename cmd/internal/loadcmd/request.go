@@ -239,8 +239,25 @@ func resolveJobs(r Request, f Front, getenv func(string) string) (int, error) {
 	return 0, nil
 }
 
+// DefaultBundle is the one rule every command that reads a bundle (or
+// set) follows when none is named: $KBUNDLE_BUNDLE, else
+// $KBUNDLE_CACHE_DIR/cache.kbundle; "" when neither is set.
+func DefaultBundle(getenv func(string) string) string {
+	if b := getenv("KBUNDLE_BUNDLE"); b != "" {
+		return b
+	}
+	if d := getenv(broadcast.CacheDirEnv); d != "" {
+		return filepath.Join(d, broadcast.BundleName)
+	}
+	return ""
+}
+
+// NoBundle is the usage error of a command given no bundle, with nothing
+// in DefaultBundle's variables either.
+const NoBundle = "no bundle: pass FILE, or set KBUNDLE_BUNDLE or " + broadcast.CacheDirEnv
+
 // resolveBundle: a FILE given wins, then a DIR given, then
-// $KBUNDLE_BUNDLE, then $KBUNDLE_CACHE_DIR.
+// DefaultBundle.
 func resolveBundle(r Request, f Front, getenv func(string) string, rank int) (string, error) {
 	switch {
 	case r.Bundle != "" && r.Dir != "":
@@ -249,10 +266,8 @@ func resolveBundle(r Request, f Front, getenv func(string) string, rank int) (st
 		return r.Bundle, nil
 	case r.Dir != "":
 		return filepath.Join(r.Dir, broadcast.BundleName), nil
-	case getenv("KBUNDLE_BUNDLE") != "":
-		return getenv("KBUNDLE_BUNDLE"), nil
-	case getenv(broadcast.CacheDirEnv) != "":
-		return filepath.Join(getenv(broadcast.CacheDirEnv), broadcast.BundleName), nil
+	case DefaultBundle(getenv) != "":
+		return DefaultBundle(getenv), nil
 	case f == CLI:
 		return "", usagef("no bundle: pass --bundle FILE or --dir DIR, or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
 	case rank != 0: // only rank 0's bundle is read
