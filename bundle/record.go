@@ -232,9 +232,10 @@ func (s *Staged) buildRecord(root *os.Root, prev *InstallRecord) (*InstallRecord
 	return rec, nil
 }
 
-// hashAt is the digest of the regular file name in root.
+// hashAt is the digest of the regular file name in root, read without
+// changing its access time (openNoAtime).
 func hashAt(root *os.Root, name string) (Digest, error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	f, err := openNoAtime(root, name)
 	if err != nil {
 		return Digest{}, err
 	}
@@ -244,6 +245,20 @@ func hashAt(root *os.Root, name string) (Digest, error) {
 		return Digest{}, err
 	}
 	return hasherDigest(h), nil
+}
+
+// openNoAtime opens the regular file name in root for reading, not
+// through a symlink, with O_NOATIME where the kernel permits it (the
+// caller owns the file, or has CAP_FOWNER; else EPERM, and it opens
+// without): kbundle's own reads of a DEST (a load's comparison, status,
+// diff, the record) must not look like the job's, which harvest tells
+// by access times (docs/FORMAT.md, "Use records").
+func openNoAtime(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) {
+		f, err = root.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	}
+	return f, err
 }
 
 // writeRecord writes the install record of the staged tree: created

@@ -381,13 +381,26 @@ type MergeOptions struct {
 	LayerOptions
 	Open *OpenOptions
 	// Unit, when not nil, settles the merged view per cache unit (see
-	// OpenedSet.Merged).
+	// OpenedSet.Merged); it names the units of use records and pruning
+	// (CacheUnit, as harvest records them).
 	Unit func(name string) string
 	// Grace is how long a folded layer is kept after the merge that
 	// folded it, for readers that listed it before: MergeSet removes the
 	// layers folded into the base it replaces only once that base is
 	// older than Grace (0: DefaultGrace).
 	Grace time.Duration
+	// MaxSize, when above 0, bounds the merged view's raw size: when it
+	// is larger, the new base leaves out the least recently used cache
+	// units, whole, down to PruneTarget(MaxSize) (PlanPrune), even for a
+	// set of one bundle.
+	MaxSize int64
+	// Drop, when not nil, leaves out the cache units it reports (by
+	// name, as Unit gives them): every file of each, and directories
+	// left without files.
+	Drop func(unit string) bool
+	// DryRun decides and reports what the merge would fold and drop,
+	// and writes and removes nothing.
+	DryRun bool
 }
 
 // DefaultGrace is MergeOptions.Grace's default.
@@ -398,6 +411,16 @@ type MergeResult struct {
 	Published
 	Folded  int      // layers folded into the new base
 	Removed []string // older layers removed (folded before, past the grace)
+	// Prune is what MaxSize dropped (nil: no MaxSize); Dropped the
+	// units left out, Prune's and Drop's, by name.
+	Prune   *Prune
+	Dropped []string
+	// UseRecord is the use record that holds the last use of every unit
+	// of the new base (docs/FORMAT.md, "Use records"), which replaced the
+	// records named in UsesFolded.
+	UseRecord  string
+	UsesFolded []string
+	DryRun     bool
 }
 
 // MergeSet folds the set's layers into one base bundle with the merged
@@ -406,8 +429,11 @@ type MergeResult struct {
 // or the new one. The new base records the highest layer it folded
 // (MetaSetFolded), so readers skip those layers; they stay on disk for
 // readers of the previous set, and a later MergeSet removes them once the
-// base that folded them is older than the grace. A set of one bundle is
-// left as it is (Folded 0).
+// base that folded them is older than the grace. Before the rename it
+// publishes a use record holding the last use of every unit of the new
+// base (its mtime is the merge's, not its units'), and after it removes
+// the use records that one replaces. A set of one bundle is left as it
+// is (Folded 0), unless MaxSize or Drop leave units out.
 func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResult, err error) {
 	if opt == nil {
 		opt = &MergeOptions{}
@@ -421,20 +447,53 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 		return nil, err
 	}
 	defer s.Close()
-	res := &MergeResult{}
+	res := &MergeResult{DryRun: opt.DryRun}
 	oldFolded := 0
 	if s.Layers[0].Seq == 0 {
 		oldFolded, _ = strconv.Atoi(s.Read[0].Meta()[MetaSetFolded])
-		if fi, err := s.Read[0].f.Stat(); err == nil && time.Since(fi.ModTime()) >= grace {
+		if fi, err := s.Read[0].f.Stat(); err == nil && time.Since(fi.ModTime()) >= grace && !opt.DryRun {
 			res.Removed = removeFolded(path, oldFolded)
 		}
 	}
-	if !s.HasDeltas() {
-		res.Path = path
+	merged := s.Merged(opt.Unit)
+	var units []Unit
+	var uses *SetUses
+	if s.HasDeltas() || opt.MaxSize > 0 || opt.Drop != nil {
+		if uses, err = ReadUses(path); err != nil {
+			return nil, err
+		}
+		units = s.units(merged, opt.Unit, uses.Units)
+	}
+	var drop map[string]bool
+	if opt.MaxSize > 0 {
+		res.Prune = PlanPrune(units, opt.MaxSize)
+	}
+	drop = res.Prune.droppedSet()
+	if opt.Drop != nil {
+		for _, u := range units {
+			if opt.Drop(u.Name) {
+				drop[u.Name] = true
+			}
+		}
+	}
+	for u := range drop {
+		res.Dropped = append(res.Dropped, u)
+	}
+	slices.Sort(res.Dropped)
+	res.Path = path
+	if !s.HasDeltas() && len(drop) == 0 {
 		return res, nil
 	}
 	top := s.Layers[len(s.Layers)-1].Seq
-	merged := s.Merged(opt.Unit)
+	res.Folded = len(s.Layers) - 1
+	if s.Layers[0].Seq != 0 {
+		res.Folded++
+	}
+	keep := withoutUnits(merged, opt.Unit, drop)
+	if opt.DryRun {
+		res.Entries = len(keep)
+		return res, nil
+	}
 	dir := filepath.Dir(path)
 	RemoveStale(dir)
 	tmp, err := newTempFile(dir)
@@ -455,9 +514,11 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 			w.SetMeta(k, v)
 		}
 	}
-	w.SetMeta(MetaSetFolded, strconv.Itoa(top))
-	for i := range merged {
-		e := &merged[i]
+	if top = max(top, oldFolded); top > 0 { // a base pruned alone keeps its fold
+		w.SetMeta(MetaSetFolded, strconv.Itoa(top))
+	}
+	for i := range keep {
+		e := &keep[i]
 		if e.Dir {
 			err = w.Mkdir(e.Name, e.Mode, e.ModTime)
 		} else {
@@ -477,18 +538,43 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	if err != nil {
 		return nil, err
 	}
+	// The units' last uses, before the new base (written now) is in place.
+	fold := &UseRecord{By: "merge", Units: map[string]Use{}}
+	fold.Host, _ = os.Hostname()
+	for _, u := range units {
+		if !drop[u.Name] {
+			fold.Units[u.Name] = Use{Time: u.LastUse, Unknown: u.Unknown, Written: !u.Recorded}
+		}
+	}
+	inView := map[string]bool{}
+	for _, u := range units {
+		inView[u.Name] = true
+	}
+	for n, v := range uses.Units {
+		// A unit no longer in the set, recorded lately: a concurrent
+		// harvest's, kept. Older ones are of units gone (pruned, repacked).
+		if !inView[n] && time.Since(v.Time) < grace {
+			fold.Units[n] = v
+		}
+	}
+	if len(fold.Units) > 0 {
+		if res.UseRecord, err = writeUseFile(ctx, path, fold); err != nil {
+			return nil, err
+		}
+	}
 	if err := renameTemp(tmp.Name(), path); err != nil {
+		if res.UseRecord != "" {
+			os.Remove(res.UseRecord) // the records it replaces are still there
+		}
 		return nil, err
 	}
 	if err := syncDir(dir); err != nil {
 		return nil, err
 	}
-	res.Path, res.Base, res.Digest, res.Size = path, true, w.Digest(), fi.Size()
+	removeUses(uses.Records, res.UseRecord)
+	res.UsesFolded = uses.Records
+	res.Base, res.Digest, res.Size = true, w.Digest(), fi.Size()
 	res.Content, res.Entries = ContentDigestOf(sortedEntries(w)), len(w.entries)
-	res.Folded = len(s.Layers) - 1
-	if s.Layers[0].Seq != 0 {
-		res.Folded++
-	}
 	res.Untrusted = CheckTrust(path, opt.Trust)
 	return res, nil
 }

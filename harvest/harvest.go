@@ -9,6 +9,14 @@
 // new layer of the set (bundle.WriteLayer). A job that compiled nothing
 // writes no layer.
 //
+// The leaders also tell rank 0 which cache units the job read: a file
+// read since the install has an access time past the record's install
+// time (relatime and strictatime mounts; on a noatime mount the use is
+// unknown and every unit counts as used). Rank 0 records the units' last
+// use in a use record of the set (bundle.WriteUseRecord) and, with
+// Plan.MaxSize, prunes the set when it passes the limit
+// (bundle.MergeSet's MaxSize: the least recently used units go).
+//
 // It never writes into a DEST, and reads no environment variable.
 package harvest
 
@@ -21,9 +29,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,6 +41,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/internal/hostlist"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
@@ -50,7 +61,12 @@ type Plan struct {
 	Chunk        int    // bytes per message; 0: DefaultChunk
 	Writer       bundle.WriterOptions
 	Trust        *bundle.TrustPolicy
-	DryRun       bool // choose and report, move and write nothing
+	DryRun       bool   // choose and report, move and write nothing
+	Job          string // the job id, for the use record
+	// MaxSize, when above 0, bounds the set's merged view (raw bytes):
+	// past it, rank 0 merges the set without its least recently used
+	// cache units, down to 90 % (bundle.MergeOptions.MaxSize).
+	MaxSize int64
 }
 
 // DefaultChunk is the size of each message carrying file bytes.
@@ -87,6 +103,10 @@ type NodeReport struct {
 	Error      string `json:"error,omitempty"`
 	NoRecord   bool   `json:"no_record,omitempty"`
 	MissingDir bool   `json:"missing_dest,omitempty"`
+	UnitsUsed  int    `json:"units_used"` // cache units of DEST read since the install
+	// UsageUnknown says why the node could not tell what the job read
+	// (its DEST is mounted noatime): every unit counts as used.
+	UsageUnknown string `json:"usage_unknown,omitempty"`
 }
 
 // Summary is Run's outcome, the same on every rank.
@@ -102,6 +122,22 @@ type Summary struct {
 	Packed  int64        `json:"packed_bytes"`
 	DryRun  bool         `json:"dry_run,omitempty"`
 	Set     string       `json:"set"` // the set harvested into: rank 0's Plan.Bundle
+	// UnitsUsed counts the cache units the job read, on any node, and
+	// UsageUnknown names the hosts that could not tell (noatime).
+	UnitsUsed    int      `json:"units_used"`
+	UsageUnknown []string `json:"usage_unknown,omitempty"`
+	// UseRecord is where their last use was recorded ("": nothing to
+	// record, or a dry run).
+	UseRecord string `json:"use_record,omitempty"`
+	// With Plan.MaxSize: SetBytes is the set's merged view's raw size
+	// (after pruning), Prune what pruning dropped (or would drop, in a
+	// dry run) and Folded the layers its merge folded; PruneNote why a
+	// set over the limit was not pruned.
+	MaxSize   int64         `json:"max_size,omitempty"`
+	SetBytes  int64         `json:"set_raw_bytes,omitempty"`
+	Prune     *bundle.Prune `json:"prune,omitempty"`
+	Folded    int           `json:"folded,omitempty"`
+	PruneNote string        `json:"prune_note,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -115,6 +151,11 @@ type list struct {
 	NoRecord    bool
 	Missing     bool
 	Origin      string
+	// Used are the cache units read since the install: unit → the newest
+	// access time (ns) of its files. UsageUnknown says why the node
+	// cannot tell ("": it can).
+	Used         map[string]int64
+	UsageUnknown string
 }
 
 const (
@@ -239,8 +280,11 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 		lists = append(lists, l)
 	}
-	sum, choice := choose(lists, setDigests(plan.Bundle, plan.Trust))
-	sum.DryRun, sum.Set = plan.DryRun, plan.Bundle
+	have, units := setView(plan.Bundle, plan.Trust)
+	sum, choice := choose(lists, have)
+	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
+	now := time.Now()
+	uses := jobUses(sum, lists, units, now)
 	origin := mine.Origin
 	if origin == "" {
 		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST
@@ -260,6 +304,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			if err := sendChoice(p2p, r, nil, origin); err != nil {
 				return nil, err
 			}
+		}
+		if werr == nil {
+			settle(ctx, plan, sum, lists, choice, uses, now)
 		}
 		return outcome(sum, werr), nil
 	}
@@ -310,6 +357,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		return outcome(sum, err), nil
 	}
 	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
+	settle(ctx, plan, sum, lists, choice, uses, now)
 	return outcome(sum, nil), nil
 }
 
@@ -345,20 +393,23 @@ func pendingLayers(set string) (int, error) {
 	return n, nil
 }
 
-// setDigests is the set's merged view, name → digest (none: empty).
-func setDigests(set string, trust *bundle.TrustPolicy) map[string]string {
+// setView is the set's merged view, name → digest, and its cache units
+// (none: empty).
+func setView(set string, trust *bundle.TrustPolicy) (map[string]string, []string) {
 	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	defer s.Close()
 	m := map[string]string{}
+	units := map[string]bool{}
 	for _, e := range s.Merged(bundle.CacheUnit) {
 		if !e.Dir {
 			m[e.Name] = bundle.FormatDigest(e.Digest)
+			units[bundle.CacheUnit(e.Name)] = true
 		}
 	}
-	return m
+	return m, slices.Sorted(maps.Keys(units))
 }
 
 // choose picks each cache unit from the lowest rank holding a new or
@@ -390,7 +441,8 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	}
 	units := map[string]bool{}
 	for r, l := range lists {
-		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing}
+		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
+			UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
 		for i, f := range l.Files {
 			u := bundle.CacheUnit(f.Name)
 			if held[u] {
@@ -437,6 +489,14 @@ func scan(dest string) *list {
 		return l
 	}
 	l.Origin = rec.Origin
+	// Reads since the install, told by access times: taken from each
+	// file's lstat below, before anything reads it (and harvest reads
+	// with O_NOATIME).
+	installed, terr := time.Parse(time.RFC3339Nano, rec.Installed)
+	l.Used = map[string]int64{}
+	if l.UsageUnknown = usageUnknown(dest); l.UsageUnknown == "" && terr != nil {
+		l.UsageUnknown = "its install record has no install time"
+	}
 	want := map[string]*bundle.RecordEntry{}
 	for i := range rec.Entries {
 		want[rec.Entries[i].Name] = &rec.Entries[i]
@@ -490,6 +550,13 @@ func scan(dest string) *list {
 			return nil
 		}
 		e := want[name]
+		if e != nil && st != nil && l.UsageUnknown == "" {
+			// An installed file read since (a new one is in the layer).
+			if at := time.Unix(st.Atim.Unix()); at.After(installed) {
+				u := bundle.CacheUnit(name)
+				l.Used[u] = max(l.Used[u], at.UnixNano())
+			}
+		}
 		if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
 			// Unchanged since install (a relocated one too).
 			if dig := cmpOr(e.Packed, e.Dig); bundle.CacheUnit(name) != name {
@@ -537,6 +604,157 @@ func scan(dest string) *list {
 		l.Files = append(l.Files, f)
 	}
 	return l
+}
+
+// statfs is unix.Statfs; tests replace it to simulate a noatime mount.
+var statfs = unix.Statfs
+
+// usageUnknown says why reads of dest's files cannot be told by their
+// access times ("": they can): a noatime mount never updates them.
+// relatime updates an access time not later than the mtime (extraction
+// sets it to the mtime) or a day old, strictatime every one.
+func usageUnknown(dest string) string {
+	var st unix.Statfs_t
+	if err := statfs(dest, &st); err != nil {
+		return "cannot tell how DEST is mounted: " + err.Error()
+	}
+	if st.Flags&unix.ST_NOATIME != 0 {
+		return "DEST is mounted noatime"
+	}
+	return ""
+}
+
+// jobUses is what the job's reads say: each unit read on any node, at
+// its newest access time (at most now). Where a node could not tell,
+// every unit of the set (units) counts as used now, Unknown. It fills
+// sum's UnitsUsed and UsageUnknown.
+func jobUses(sum *Summary, lists []*list, units []string, now time.Time) map[string]bundle.Use {
+	uses := map[string]bundle.Use{}
+	for _, l := range lists {
+		for u, ns := range l.Used {
+			t := time.Unix(0, ns)
+			if t.After(now) {
+				t = now // a node's clock ahead of rank 0's
+			}
+			if old, ok := uses[u]; !ok || t.After(old.Time) {
+				uses[u] = bundle.Use{Time: t}
+			}
+		}
+		if l.UsageUnknown != "" {
+			sum.UsageUnknown = append(sum.UsageUnknown, l.Host)
+		}
+	}
+	sum.UnitsUsed = len(uses)
+	if len(sum.UsageUnknown) > 0 {
+		for _, u := range units {
+			uses[u] = bundle.Use{Time: now, Unknown: true}
+		}
+	}
+	return uses
+}
+
+// settle is rank 0's last step, once the layer (if any) is published:
+// it records the job's use of the set's units and, with MaxSize, prunes
+// the set when its merged view passes the limit: not when some node
+// could not tell what the job read, nor when the use could not be
+// recorded (never on missing data). A dry run writes nothing and says
+// what pruning would drop. What goes wrong here is said in the summary
+// (PruneNote): the layer is published whatever it does.
+func settle(ctx context.Context, plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
+	if plan.DryRun {
+		if plan.MaxSize > 0 {
+			dryPrune(plan, sum, lists, choice, uses, now)
+		}
+		return
+	}
+	p, err := bundle.WriteUseRecord(ctx, plan.Bundle, &bundle.UseRecord{By: "harvest", Job: plan.Job, Host: plan.Host, Units: uses})
+	if err != nil {
+		sum.PruneNote = fmt.Sprintf("the use of %d cache units was not recorded: %v", len(uses), err)
+		return
+	}
+	sum.UseRecord = p
+	if plan.MaxSize <= 0 {
+		return
+	}
+	s, err := bundle.OpenSet(plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: plan.Trust})
+	if errors.Is(err, bundle.ErrNoSet) || errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		sum.PruneNote = "not pruned: " + err.Error()
+		return
+	}
+	sum.SetBytes = s.RawSize(bundle.CacheUnit)
+	s.Close()
+	if sum.SetBytes <= plan.MaxSize {
+		return
+	}
+	if len(sum.UsageUnknown) > 0 {
+		sum.PruneNote = unknownNote(sum)
+		return
+	}
+	res, err := bundle.MergeSet(ctx, plan.Bundle, &bundle.MergeOptions{
+		LayerOptions: bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust},
+		Open:         &bundle.OpenOptions{Trusted: true, Trust: plan.Trust},
+		Unit:         bundle.CacheUnit, MaxSize: plan.MaxSize,
+	})
+	if err != nil {
+		sum.PruneNote = "pruning failed: " + err.Error()
+		return
+	}
+	sum.Prune, sum.Folded, sum.SetBytes = res.Prune, res.Folded, res.Prune.After
+}
+
+func unknownNote(sum *Summary) string {
+	return fmt.Sprintf("not pruned: what the job read is unknown on %s (DEST mounted noatime)", hostlist.Format(sum.UsageUnknown))
+}
+
+// dryPrune says what settle's pruning would drop: the set as it is,
+// with the job's uses and the units this harvest would write (as of
+// now, whole) in place of theirs.
+func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
+	var units []bundle.Unit
+	s, err := bundle.OpenSet(plan.Bundle, &bundle.OpenOptions{Trust: plan.Trust})
+	switch {
+	case err == nil:
+		defer s.Close()
+		su, err := bundle.ReadUses(plan.Bundle)
+		if err != nil {
+			sum.PruneNote = "not pruned: " + err.Error()
+			return
+		}
+		for u, v := range uses {
+			if old, ok := su.Units[u]; !ok || v.Time.After(old.Time) {
+				su.Units[u] = v
+			}
+		}
+		units = s.Units(bundle.CacheUnit, su.Units)
+	case !errors.Is(err, bundle.ErrNoSet) && !errors.Is(err, fs.ErrNotExist):
+		sum.PruneNote = "not pruned: " + err.Error()
+		return
+	}
+	fresh := map[string]*bundle.Unit{}
+	for r, l := range lists {
+		for _, i := range choice[r] {
+			n := bundle.CacheUnit(l.Files[i].Name)
+			if fresh[n] == nil {
+				fresh[n] = &bundle.Unit{Name: n, LastUse: now}
+			}
+			fresh[n].Files++
+			fresh[n].Bytes += l.Files[i].Size
+		}
+	}
+	units = slices.DeleteFunc(units, func(u bundle.Unit) bool { return fresh[u.Name] != nil })
+	for _, u := range fresh {
+		units = append(units, *u)
+	}
+	p := bundle.PlanPrune(units, plan.MaxSize)
+	sum.SetBytes = p.Before
+	if len(p.Dropped) > 0 && len(sum.UsageUnknown) > 0 {
+		sum.PruneNote = unknownNote(sum)
+		return
+	}
+	sum.Prune = p
 }
 
 func cmpOr(a, b string) string {

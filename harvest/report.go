@@ -3,7 +3,9 @@ package harvest
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/hostlist"
 )
 
@@ -33,6 +35,9 @@ func Report(s *Summary) []string {
 			if n.Elsewhere > 0 {
 				text += fmt.Sprintf("; %d also on other nodes", n.Elsewhere)
 			}
+			if n.UsageUnknown != "" {
+				text += "; what it read is unknown (" + n.UsageUnknown + "): every unit counts as used"
+			}
 		}
 		if len(n.Skipped) > 0 {
 			names := []string{}
@@ -61,6 +66,66 @@ func Report(s *Summary) []string {
 			who = hostlist.Format(l.hosts)
 		}
 		out = append(out, who+": "+text)
+	}
+	return out
+}
+
+// PruneReport says what settling the set did with Plan.MaxSize: what
+// pruning dropped (a dry run: would drop), or why a set over the limit
+// was not pruned; and a use that could not be recorded.
+func PruneReport(s *Summary) []string {
+	var out []string
+	switch {
+	case s.PruneNote != "" && s.MaxSize > 0 && s.SetBytes > s.MaxSize:
+		out = append(out, fmt.Sprintf("warning: the set's %s are over --max-size %s: %s", Size(s.SetBytes), Size(s.MaxSize), s.PruneNote))
+	case s.PruneNote != "":
+		out = append(out, "warning: "+s.PruneNote)
+	case s.Prune != nil:
+		out = append(out, PruneLines(s.Prune, s.DryRun)...)
+		if s.Folded > 0 {
+			what := fmt.Sprintf("%d layers", s.Folded)
+			if s.Folded == 1 {
+				what = "1 layer"
+			}
+			out = append(out, "the pruning merge folded "+what+" into the set's base; kept for running readers (kbundle merge --grace)")
+		}
+	}
+	return out
+}
+
+// maxNamed bounds the dropped units PruneLines names.
+const maxNamed = 10
+
+// PruneLines says what pruning dropped (dry: would drop), for harvest's
+// and merge's reports: one line of counts, then the units, least
+// recently used first, at most maxNamed.
+func PruneLines(p *bundle.Prune, dry bool) []string {
+	if len(p.Dropped) == 0 {
+		return []string{fmt.Sprintf("the set's %s are within --max-size %s: nothing to prune", Size(p.Before), Size(p.Limit))}
+	}
+	verb, lead := "dropped", "pruned"
+	if dry {
+		verb, lead = "would drop", "dry run: pruning would drop"
+	}
+	units := "cache units"
+	if len(p.Dropped) == 1 {
+		units = "cache unit"
+	}
+	out := []string{fmt.Sprintf("%s %d %s (%s), the least recently used, to bring the set from %s to %s (--max-size %s, down to 90 %%: %s)",
+		lead, len(p.Dropped), units, Size(p.DroppedBytes), Size(p.Before), Size(p.After), Size(p.Limit), Size(p.Target))}
+	if p.Unknown > 0 {
+		out = append(out, fmt.Sprintf("%d units' use is unknown (a job's DEST was mounted noatime): counted as used then", p.Unknown))
+	}
+	for i, u := range p.Dropped {
+		if i == maxNamed {
+			out = append(out, fmt.Sprintf("%s %d more (--json lists them all)", verb, len(p.Dropped)-maxNamed))
+			break
+		}
+		how := "written"
+		if u.Recorded {
+			how = "last used"
+		}
+		out = append(out, fmt.Sprintf("%s %s (%s, %s %s)", verb, u.Name, Size(u.Bytes), how, u.LastUse.UTC().Format(time.RFC3339)))
 	}
 	return out
 }

@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -81,4 +85,67 @@ func timeout(c *cli.Context) time.Duration {
 		return v.d
 	}
 	return 0
+}
+
+// maxSizeFlag is --max-size of harvest and merge.
+var maxSizeFlag = &cli.GenericFlag{Name: "max-size", Value: &sizeValue{}, EnvVars: []string{"KBUNDLE_MAX_SIZE"},
+	Usage: "bound the set's merged view to `SIZE` (bytes, or with K, M, G, T: powers of 1024; 0: no bound): past it, the least recently used cache units go, down to 90 %"}
+
+// sizeValue is a --max-size (parseSize).
+type sizeValue struct{ n int64 }
+
+func (v *sizeValue) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	v.n = n
+	return nil
+}
+
+func (v *sizeValue) String() string {
+	if v == nil || v.n == 0 {
+		return ""
+	}
+	return strconv.FormatInt(v.n, 10)
+}
+
+// maxSize returns --max-size's value in bytes (0: none).
+func maxSize(c *cli.Context) int64 {
+	if v, ok := c.Generic("max-size").(*sizeValue); ok {
+		return v.n
+	}
+	return 0
+}
+
+var sizeRe = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
+// parseSize reads a size as a user types it: a number of bytes, or a
+// number (a fraction too: 1.5G) followed by K, M, G or T, powers of 1024,
+// optionally with iB or B (500M, 500MiB, 500MB are the same); a final B
+// alone is bytes. Case does not matter. 0 means no bound.
+func parseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := int64(1)
+	if k := len(t) - 1; k >= 0 {
+		if i := strings.IndexByte("KMGT", t[k]); i >= 0 {
+			mult, t = int64(1)<<(10*(i+1)), t[:k]
+		}
+	}
+	bad := fmt.Errorf("size %q: want bytes, or a number with K, M, G or T (powers of 1024), such as 500M or 20G", s)
+	if !sizeRe.MatchString(t) {
+		return 0, bad
+	}
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		if n < 0 || n > math.MaxInt64/mult {
+			return 0, bad
+		}
+		return n * mult, nil
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f*float64(mult) >= math.MaxInt64 {
+		return 0, bad
+	}
+	return int64(f * float64(mult)), nil
 }

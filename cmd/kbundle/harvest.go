@@ -21,7 +21,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "harvest",
 		Usage:     "gather what a job compiled into its bundle set, as a new layer (collective, launched like load)",
-		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [--bundle PATH | --dir DIR] [--to DEST] [--json] [--dry-run]",
+		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [--bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--json] [--dry-run]",
 		Description: "Each node leader compares its DEST (as given to load; the same default) with\n" +
 			"the install record load wrote there (relocation undone, so an unchanged kernel\n" +
 			"is not \"changed\") and sends rank 0 the list of its new and changed files.\n" +
@@ -31,6 +31,12 @@ func init() {
 			"set exists yet). A job that compiled nothing writes no layer. Symlinks, special\n" +
 			"files, unreadable files, other owners' files and kbundle's own are skipped and\n" +
 			"named. One line per node says what it compiled that the bundle lacked.\n\n" +
+			"Each leader also tells which cache units the job read (a file whose access\n" +
+			"time passed the install's; unknown on a noatime mount, where every unit counts\n" +
+			"as used), and rank 0 records their last use in the set (PATH.d/use-*.json).\n" +
+			"With --max-size, a set whose merged view then passes SIZE is merged without\n" +
+			"its least recently used units, down to 90 % of SIZE (not when some node could\n" +
+			"not tell what the job read); --dry-run says what that would drop.\n\n" +
 			"Exit status, the same on every rank: 0 harvested (or nothing to harvest),\n" +
 			"1 error (nothing was published).",
 		Flags: []cli.Flag{
@@ -38,7 +44,8 @@ func init() {
 			dirFlag,
 			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST` that load installed"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested; move and write nothing"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested and pruned; move and write nothing"},
+			maxSizeFlag,
 			quietFlag,
 			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
 				Usage: "end the harvest (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m)"},
@@ -106,7 +113,7 @@ func harvestAction(c *cli.Context) (err error) {
 		return l.fail(err.Error(), exitUsage)
 	}
 	host, _ := os.Hostname()
-	plan := harvest.Plan{Bundle: path, Dest: dest, Host: host, Trust: trust, DryRun: c.Bool("dry-run")}
+	plan := harvest.Plan{Bundle: path, Dest: dest, Host: host, Trust: trust, DryRun: c.Bool("dry-run"), Job: job, MaxSize: maxSize(c)}
 	if usingMPI {
 		plan.RanksPerNode = lp.RanksPerNode
 	}

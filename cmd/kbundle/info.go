@@ -44,6 +44,13 @@ type infoJSON struct {
 	// base's when there is no layer).
 	Layers           []layerJSON `json:"layers"`
 	SetContentDigest string      `json:"set_content_digest"`
+	// What --max-size sees (docs/FORMAT.md, "Pruning"): the merged
+	// view's raw size and cache units, the set's use records, and how
+	// many units they give a last use.
+	SetRawBytes   int64 `json:"set_raw_bytes"`
+	SetUnits      int   `json:"set_units"`
+	UseRecords    int   `json:"use_records"`
+	UnitsRecorded int   `json:"units_recorded"`
 }
 
 // layerJSON is one delta layer of a set; Digest is FileDigest, under
@@ -98,7 +105,20 @@ func infoAction(c *cli.Context) error {
 				Digest: d, ContentDigest: bundle.FormatDigest(r.ContentDigest()), FileDigest: d})
 		}
 		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
+		var uses map[string]bundle.Use
+		if u, err := bundle.ReadUses(c.Args().First()); err == nil {
+			uses, in.UseRecords = u.Units, len(u.Records)
+		}
+		units := set.Units(bundle.CacheUnit, uses)
+		in.SetUnits, in.SetRawBytes = len(units), set.RawSize(bundle.CacheUnit)
+		for _, u := range units {
+			if u.Recorded {
+				in.UnitsRecorded++
+			}
+		}
 		set.Close()
+	} else {
+		in.SetRawBytes = in.RawBytes
 	}
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, in)
@@ -123,6 +143,10 @@ func infoAction(c *cli.Context) error {
 		for _, l := range in.Layers {
 			fmt.Fprintf(w, "  %s: %s, %s packed, content %s\n", safe(l.Path), plural(l.Entries, "entry", "entries"), human(l.PackedBytes), l.ContentDigest)
 		}
+	}
+	if len(in.Layers) > 0 || in.UseRecords > 0 {
+		fmt.Fprintf(w, "set:       %s, %s raw (what --max-size bounds); last use recorded for %d (%s)\n",
+			plural(in.SetUnits, "cache unit", "cache units"), human(in.SetRawBytes), in.UnitsRecorded, plural(in.UseRecords, "use record", "use records"))
 	}
 	return nil
 }

@@ -182,19 +182,24 @@ type mergeJSON struct {
 	ContentDigest string   `json:"content_digest"`
 	FileDigest    string   `json:"file_digest"`
 	Entries       int      `json:"entries"`
+	// With --max-size and --dry-run: what pruning dropped (or would
+	// drop), the use record the merge wrote, and whether nothing was.
+	DryRun    bool          `json:"dry_run"`
+	Prune     *bundle.Prune `json:"prune,omitempty"`
+	UseRecord string        `json:"use_record,omitempty"`
 }
 
 // writeMergeJSON prints merge's result res for the set path: with
 // nothing folded, the base as it is (its index read).
-func writeMergeJSON(c *cli.Context, path string, res *bundle.MergeResult) error {
-	out := mergeJSON{jsonHead: okHead(), Path: res.Path, Folded: res.Folded, Removed: res.Removed}
+func writeMergeJSON(c *cli.Context, path string, res *bundle.MergeResult, dry bool) error {
+	out := mergeJSON{jsonHead: okHead(), Path: res.Path, Folded: res.Folded, Removed: res.Removed, DryRun: dry, Prune: res.Prune, UseRecord: res.UseRecord}
 	if out.Removed == nil {
 		out.Removed = []string{}
 	}
 	if out.Path == "" {
 		out.Path = path
 	}
-	if res.Folded > 0 {
+	if res.Base && !dry {
 		out.ContentDigest, out.FileDigest, out.Entries = bundle.FormatDigest(res.Content), fileDigest(res.Digest), res.Entries
 	} else if rc, err := bundle.Open(path, nil); err == nil {
 		out.ContentDigest, out.FileDigest, out.Entries = bundle.FormatDigest(rc.ContentDigest()), fileDigest(rc.FileDigest()), len(rc.Entries())

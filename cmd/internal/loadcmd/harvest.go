@@ -199,6 +199,10 @@ func HarvestReport(s *harvest.Summary) []string {
 		}
 		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, counted(s.Files, "file"), counted(s.Units, "cache unit"), harvest.Size(s.Bytes)))
 	}
+	lines = append(lines, harvest.PruneReport(s)...)
+	if s.UseRecord != "" {
+		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", counted(s.UnitsUsed, "cache unit"), s.UseRecord))
+	}
 	return lines
 }
 
