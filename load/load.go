@@ -74,6 +74,12 @@ type Plan struct {
 	// without it only Presets apply.
 	Presets     []*warmup.Preset
 	UseRecorded bool
+	// Progress, when set, is called on the world's rank 0 only, as its
+	// node's copy is written: the bytes of content written so far and
+	// the total, of each bundle of the set in turn (bundle.ExtractOptions'
+	// Progress). Rank 0's node stands for the others: they all receive
+	// the same stream at the same pace.
+	Progress func(done, total int64)
 	// Host names this node in messages (os.Hostname, given by the caller).
 	Host string
 	// HostInfo describes this node (hostinfo.Collect, given by the caller),
@@ -394,8 +400,12 @@ func (k *sink) stage(presets []*warmup.Preset) {
 		i++
 		return lay.Reader, l.layerPaths[i-1], nil
 	}
+	var progress func(done, total int64)
+	if l.world.Rank() == 0 {
+		progress = l.plan.Progress
+	}
 	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Parents: l.plan.Parents, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
-		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit})
+		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit, Progress: progress})
 	if err == nil {
 		if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 			st.Abort()

@@ -265,7 +265,13 @@ func (l *loader) withMPI(det detect.Result, opts loadcmd.Options) (err error) {
 // run loads over world and reports.
 func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, tasks bool) error {
 	c := l.c
+	var bar *progress
+	if l.speaker && world.Rank() == 0 {
+		bar = newProgress(c, "loading")
+		opts.Progress = bar.update
+	}
 	o := loadcmd.Load(c.Context, world, loadcmd.CLI, opts, nil, usingMPI, tasks)
+	bar.done()
 	if !o.OK {
 		return l.failure(o)
 	}

@@ -133,6 +133,8 @@ const DefaultTimeout = 10 * time.Minute
 // destination's default name, which needs the job id (JobID, collective).
 type Options struct {
 	Timeout time.Duration // 0: none
+	// Progress is load.Plan.Progress (rank 0's display; nil: none).
+	Progress func(done, total int64)
 	plan    load.Plan     // all but Dest, GuessableDest
 	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
 	getenv  func(string) string
@@ -318,6 +320,7 @@ func knobs(getenv func(string) string) (load.Plan, error) {
 func (o Options) Plan(job string, usingMPI, tasks bool) (p load.Plan, err error) {
 	p = o.plan
 	p.Job = job // recorded in the install record
+	p.Progress = o.Progress
 	p.Dest, err = Dest(o.dest, o.getenv, job)
 	p.GuessableDest = o.dest == "" && !tasks // the default name: moved if another user holds it
 	if !usingMPI {
