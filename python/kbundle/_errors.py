@@ -11,6 +11,8 @@ class KbundleError(Exception):
     def __init__(self, kind: str, reason: str, hint: str = "") -> None:
         self.kind = kind
         self.reason = reason
+        if hint.startswith("hint: "):
+            hint = hint[len("hint: ") :]  # the label is message()'s
         self.hint = hint
         super().__init__(message(reason, hint))
 
@@ -52,6 +54,7 @@ class KbundleWarning(UserWarning):
 
 
 def message(reason: str, hint: str) -> str:
-    """The lines as ``kbundle load`` prints them: each with "kbundle: "."""
-    lines = [l for l in reason.splitlines() if l] + ([hint] if hint else [])
+    """The lines as ``kbundle load`` prints them: each with "kbundle: ",
+    the hint's with "hint: " (``hint`` itself is without it)."""
+    lines = [l for l in reason.splitlines() if l] + (["hint: " + hint] if hint else [])
     return "\n".join("kbundle: " + l for l in lines)

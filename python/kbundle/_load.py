@@ -289,7 +289,8 @@ def _lines(out: Dict[str, Any]) -> List[str]:
 
 def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
     kind, reason, hint = failure(out, strict, rank0, LoadFailedError, stacklevel=4)
-    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
+    return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, bundle=str(out.get("bundle", "")),
+                      warnings=tuple(out.get("warnings") or ()))
 
 
 def failure(
@@ -304,6 +305,8 @@ def failure(
     kind = str(out.get("kind", "mpi"))
     reason = str(out.get("reason", "unknown failure"))
     hint = str(out.get("hint", ""))
+    if hint.startswith("hint: "):
+        hint = hint[len("hint: ") :]  # the label is message()'s
     if kind == "usage":
         raise KbundleUsageError(kind, reason, hint)
     if kind not in ("unusable", "failed"):

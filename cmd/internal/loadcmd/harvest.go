@@ -141,7 +141,11 @@ func HarvestFailure(f Front, err error) HarvestOutcome {
 	case errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, mpi.ErrThreadLevel), errors.Is(err, mpi.ErrABI):
 		hint = Hint(f, err)
 	} // else: harvest's messages say what to do (merge, run it again)
-	return HarvestOutcome{Kind: KindOf(err), Reason: err.Error(), Hint: hint, Report: []string{}, Warnings: []string{}}
+	reason := err.Error()
+	if f == Python {
+		reason = pythonTerms.Replace(reason)
+	}
+	return HarvestOutcome{Kind: KindOf(err), Reason: reason, Hint: hint, Report: []string{}, Warnings: []string{}}
 }
 
 // Harvest harvests over world what o says, as front f does; collective.

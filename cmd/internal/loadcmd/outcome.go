@@ -233,6 +233,11 @@ func IsComm(err error) bool {
 		errors.Is(err, mpi.ErrABI)
 }
 
+// pythonTerms rewrites the CLI's flags that the packages' messages name
+// (bundle.ErrExist's "use --force", say) in load_bundle's keywords (U29).
+var pythonTerms = strings.NewReplacer("use --force", "pass force=True", "--force", "force=True", "--parents", "parents=True",
+	"--allow-missing", "allow_missing=True", "--replace-presets", "replace_presets=True")
+
 // Failure is the outcome of a load that failed with err, in front f's
 // words: one line a failing node (host, ranks, reason), then what it
 // means; the hint apart.
@@ -245,7 +250,11 @@ func Failure(f Front, err error) Outcome {
 	if k == Failed && !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
-	o := Outcome{SchemaVersion: SchemaVersion, Kind: k, Reason: strings.Join(lines, "\n"), Hint: Hint(f, err)}
+	reason := strings.Join(lines, "\n")
+	if f == Python {
+		reason = pythonTerms.Replace(reason)
+	}
+	o := Outcome{SchemaVersion: SchemaVersion, Kind: k, Reason: reason, Hint: Hint(f, err)}
 	if f == Python && (k == Unusable || k == Failed) {
 		o.Warnings = []string{notLoaded}
 	}

@@ -96,3 +96,16 @@ func TestWarningsMergeNodes(t *testing.T) {
 		t.Errorf("warnings\n%q\nwant\n%q", got, want)
 	}
 }
+
+// Python's reasons are in Python's terms: the flags the packages'
+// messages name become load_bundle's keywords (U29).
+func TestFailurePythonTerms(t *testing.T) {
+	err := &bundle.Error{File: "/d", Err: bundle.ErrExist, Msg: "use --force to replace it"}
+	py, cli := Failure(Python, err), Failure(CLI, err)
+	if strings.Contains(py.Reason, "--force") || !strings.Contains(py.Reason, "pass force=True to replace it") {
+		t.Errorf("Python's reason %q", py.Reason)
+	}
+	if !strings.Contains(cli.Reason, "use --force to replace it") {
+		t.Errorf("the CLI's reason %q", cli.Reason)
+	}
+}

@@ -67,7 +67,9 @@ func Load(ctx context.Context, world broadcast.NodeComm, f Front, o Options, loc
 	}
 	sum, err := load.Run(ctx, world, plan)
 	if err != nil {
-		return Failure(f, err)
+		out := Failure(f, err)
+		out.Bundle = plan.Bundle // rank 0's: the one it tried
+		return out
 	}
 	return Loaded(sum, plan.Bundle, usingMPI)
 }
