@@ -54,6 +54,9 @@ type Plan struct {
 	Writer       bundle.WriterOptions
 	Trust        *bundle.TrustPolicy
 	DryRun       bool // choose and report, move and write nothing
+	// Meta is more metadata for the layer (rank 0's): the machine and
+	// toolchain of the job that compiled it (docs/FORMAT.md).
+	Meta map[string]string
 }
 
 // DefaultChunk is the size of each message carrying file bytes.
@@ -272,6 +275,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	var commFail error
 	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust}, func(w *bundle.Writer) error {
+		for k, v := range plan.Meta {
+			w.SetMeta(k, v)
+		}
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
 		var first error
