@@ -9,8 +9,10 @@ import (
 	"math"
 	"math/bits"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -52,6 +54,15 @@ type ExtractOptions struct {
 	// Unit is the cache unit of a name for Layers (CacheUnit; nil: each
 	// name its own).
 	Unit func(name string) string
+	// Skip, when set, leaves out of the tree every entry whose name it
+	// returns true for, and everything below a directory it leaves out
+	// (load's GPU architecture filter): such content is still read and
+	// checked against its digest, but not written. It must depend on the
+	// name alone, the same for every bundle of a set. The install record
+	// then describes the tree as installed, without them, and names
+	// Record.Filter, how many entries were left out and the set's own
+	// content digest (docs/FORMAT.md, "Install record").
+	Skip func(name string) bool
 }
 
 // ExtractResult says what Extract did.
@@ -60,6 +71,39 @@ type ExtractResult struct {
 	Files int
 	Dirs  int
 	Bytes int64
+	// Skipped is how many entries ExtractOptions.Skip left out, and
+	// SkippedBytes the size of their files.
+	Skipped      int
+	SkippedBytes int64
+}
+
+// skipped reports whether skip leaves name out: itself, or a directory
+// above it.
+func skipped(skip func(string) bool, name string) bool {
+	if skip == nil {
+		return false
+	}
+	for p := name; ; p = path.Dir(p) {
+		if skip(p) {
+			return true
+		}
+		if !strings.Contains(p, "/") {
+			return false
+		}
+	}
+}
+
+// skipList is, for each entry of r, whether skip leaves it out; nil when
+// skip is nil.
+func (r *Reader) skipList(skip func(string) bool) []bool {
+	if skip == nil {
+		return nil
+	}
+	out := make([]bool, len(r.ix.entries))
+	for i := range r.ix.entries {
+		out[i] = skipped(skip, r.ix.entries[i].Name)
+	}
+	return out
 }
 
 // Extract writes the bundle's tree to dest. It extracts into a private
@@ -100,6 +144,11 @@ type Staged struct {
 	info         RecordInfo
 	rec          *InstallRecord // the record written into tmp
 	touched      bool           // Dir was handed out: the record is written again at Install
+	// skipped entries (and bytes) ExtractOptions.Skip left out of the
+	// view; setContent is then the whole view's content digest.
+	skipped      int
+	skippedBytes int64
+	setContent   Digest
 }
 
 // Stage extracts the bundle into a private temporary sibling of dest (see
@@ -619,10 +668,13 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 	wrap := func(e *Entry, err error) error {
 		return r.errorf(&Error{Entry: e.Name, Err: err, Msg: "extracting"})
 	}
+	skip := r.skipList(opt.Skip)
+	left := func(i int) bool { return skip != nil && skip[i] }
 	// Directories first (a parent sorts before its children), then empty files.
 	for i := range r.ix.entries {
 		e := &r.ix.entries[i]
 		switch {
+		case left(i):
 		case e.Dir:
 			if err := root.Mkdir(e.Name, 0o700); err != nil && !(over && errors.Is(err, fs.ErrExist) && isDirIn(root, e.Name)) {
 				return nil, wrap(e, err)
@@ -641,6 +693,9 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 				return err
 			}
 			for _, i := range b.entries {
+				if left(i) {
+					continue
+				}
 				if err := writeNew(root, r.entry(i), data); err != nil {
 					return wrap(r.entry(i), err)
 				}
@@ -651,13 +706,25 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 			// The first copy is written from the stream and kept open;
 			// the others are copied from that descriptor, and its mode
 			// is set last, so a mode without owner-read (0000, 0200)
-			// cannot stop the copies (B7).
-			first := r.entry(b.entries[0])
+			// cannot stop the copies (B7). Entries left out are not
+			// written; a blob none of whose entries is written is read
+			// all the same, so that its digest is checked.
+			var kept []int
+			for _, i := range b.entries {
+				if !left(i) {
+					kept = append(kept, i)
+				}
+			}
+			if len(kept) == 0 {
+				_, err := io.Copy(io.Discard, rd)
+				return err
+			}
+			first := r.entry(kept[0])
 			return createFile(root, first, os.O_RDWR, func(f *os.File) error {
 				if _, err := io.Copy(f, rd); err != nil {
 					return err
 				}
-				for _, i := range b.entries[1:] {
+				for _, i := range kept[1:] {
 					if err := copyNew(root, r.entry(i), io.NewSectionReader(f, 0, first.Size)); err != nil {
 						return wrap(r.entry(i), err)
 					}
@@ -671,13 +738,17 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 	// Files got their modes and times as they were written; directories
 	// get theirs last, deepest first.
 	for i := range r.ix.entries {
-		if e := &r.ix.entries[i]; !e.Dir {
+		switch e := &r.ix.entries[i]; {
+		case left(i):
+			res.Skipped++
+			res.SkippedBytes += e.Size
+		case !e.Dir:
 			res.Files++
 			res.Bytes += e.Size
 		}
 	}
 	for i := len(r.ix.entries) - 1; i >= 0; i-- {
-		if e := &r.ix.entries[i]; e.Dir {
+		if e := &r.ix.entries[i]; e.Dir && !left(i) {
 			if err := setAttrs(root, e); err != nil {
 				return nil, wrap(e, err)
 			}

@@ -86,6 +86,29 @@ const (
 	MetaGPUDriver  = "gpu.driver"      // its driver version
 )
 
+// Metadata keys naming the toolchain of the warm-up (docs/FORMAT.md): the
+// versions the frameworks' caches key on, read where the bundle (or a
+// set's layer) was made. All are optional; which one decides reuse for
+// which preset is warmup's rule table (docs/presets.md).
+const (
+	MetaPython      = "toolchain.python"       // Python version, X.Y.Z
+	MetaPythonPath  = "toolchain.python_path"  // the interpreter asked
+	MetaNumba       = "toolchain.numba"        // numba's version
+	MetaLLVMLite    = "toolchain.llvmlite"     // llvmlite's
+	MetaNumbaCUDA   = "toolchain.numba_cuda"   // numba-cuda's
+	MetaJAX         = "toolchain.jax"          // jax's
+	MetaJAXLib      = "toolchain.jaxlib"       // jaxlib's
+	MetaTorch       = "toolchain.torch"        // torch's
+	MetaTorchCUDA   = "toolchain.torch_cuda"   // the CUDA torch was built with (torch.version.cuda)
+	MetaTriton      = "toolchain.triton"       // triton's (or pytorch-triton's)
+	MetaPyOpenCL    = "toolchain.pyopencl"     // pyopencl's
+	MetaCuPy        = "toolchain.cupy"         // cupy's (any cupy-cudaXXx wheel)
+	MetaCXX         = "toolchain.cxx"          // the C++ compiler Inductor runs: $CXX, else g++
+	MetaCXXVersion  = "toolchain.cxx_version"  // the first line of its --version
+	MetaCUDARuntime = "toolchain.cuda_runtime" // CUDA runtime version, when present
+	MetaROCm        = "toolchain.rocm"         // ROCm version, when present
+)
+
 // unixToInternal is the seconds from year 1 to 1970: a time.Time counts
 // from year 1 in an int64, so later Unix times do not fit.
 const unixToInternal = (1969*365 + 1969/4 - 1969/100 + 1969/400) * 86400

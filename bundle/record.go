@@ -118,6 +118,14 @@ type InstallRecord struct {
 	// layer's).
 	ContentDigest string        `json:"content_digest"`
 	Layers        []RecordLayer `json:"layers"`
+	// Filter says what the install left out of the set's view (load's GPU
+	// architecture filter, "gpu-arch cuda:90"), Skipped how many entries,
+	// and SetContentDigest is then the whole view's content digest, while
+	// ContentDigest and Entries describe the tree as installed. All three
+	// are absent when nothing was left out.
+	Filter           string `json:"filter,omitempty"`
+	Skipped          int    `json:"skipped,omitempty"`
+	SetContentDigest string `json:"set_content_digest,omitempty"`
 	// Entries are the tree as installed, after relocation, sorted by name.
 	Entries []RecordEntry `json:"entries"`
 }
@@ -160,6 +168,9 @@ type RecordInfo struct {
 	Job     string   // the job id
 	Host    string   // this node's name
 	Presets []string // presets applied to the staged tree
+	// Filter names ExtractOptions.Skip in the record when it left
+	// something out ("gpu-arch cuda:90").
+	Filter string
 }
 
 // buildRecord makes the record of the staged tree root (dir tmp), as it
@@ -182,6 +193,9 @@ func (s *Staged) buildRecord(root *os.Root, prev *InstallRecord) (*InstallRecord
 		Installed: time.Now().UTC().Format(time.RFC3339Nano), Job: s.info.Job, Host: s.info.Host,
 		Presets: append([]string{}, s.info.Presets...), ContentDigest: FormatDigest(ContentDigestOf(es)),
 		Entries: make([]RecordEntry, len(view))}
+	if s.skipped > 0 {
+		rec.Filter, rec.Skipped, rec.SetContentDigest = s.info.Filter, s.skipped, FormatDigest(s.setContent)
+	}
 	for _, l := range s.layers {
 		p := l.path
 		if p == "" {
@@ -367,6 +381,14 @@ func ParseInstallRecord(b []byte) (*InstallRecord, error) {
 	}
 	if _, err := ParseDigest(rec.ContentDigest); err != nil {
 		return nil, errf(ErrFormat, "install record: set %v", err)
+	}
+	if rec.SetContentDigest != "" {
+		if _, err := ParseDigest(rec.SetContentDigest); err != nil {
+			return nil, errf(ErrFormat, "install record: set %v", err)
+		}
+	}
+	if rec.Skipped < 0 {
+		return nil, errf(ErrFormat, "install record: skipped %d", rec.Skipped)
 	}
 	for i := range rec.Entries {
 		e := &rec.Entries[i]

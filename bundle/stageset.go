@@ -36,8 +36,24 @@ func (s *Staged) stageLayers(ctx context.Context, opt *ExtractOptions) error {
 		s.layers = append(s.layers, stagedLayer{r: r, path: path})
 	}
 	s.view = sortedView(view)
-	if len(s.layers) > 1 {
-		s.res = &ExtractResult{}
+	if opt.Skip != nil {
+		// The record describes the tree as installed: the view without
+		// what Skip left out, and the whole view's digest beside it.
+		s.setContent = viewDigest(s.view)
+		kept := s.view[:0:0]
+		s.skipped, s.skippedBytes = 0, 0
+		for _, e := range s.view {
+			if skipped(opt.Skip, e.Name) {
+				s.skipped++
+				s.skippedBytes += e.Size
+			} else {
+				kept = append(kept, e)
+			}
+		}
+		s.view = kept
+	}
+	if len(s.layers) > 1 || opt.Skip != nil {
+		s.res = &ExtractResult{Skipped: s.skipped, SkippedBytes: s.skippedBytes}
 		for i := range s.view {
 			if e := &s.view[i]; e.Dir {
 				s.res.Dirs++
@@ -48,6 +64,15 @@ func (s *Staged) stageLayers(ctx context.Context, opt *ExtractOptions) error {
 		}
 	}
 	return nil
+}
+
+// viewDigest is the content digest of a merged view.
+func viewDigest(view []SetEntry) Digest {
+	es := make([]Entry, len(view))
+	for i := range view {
+		es[i] = view[i].Entry
+	}
+	return ContentDigestOf(es)
 }
 
 // overlayLayer extracts layer li (r) over the staged tree: the files it
@@ -70,6 +95,9 @@ func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li in
 	}
 	defer root.Close()
 	for _, name := range overlay(view, li, r.ix.entries, opt.Unit) {
+		if skipped(opt.Skip, name) {
+			continue // never written
+		}
 		if err := root.Remove(name); err != nil {
 			return fmt.Errorf("cannot replace %s with %s's: %w", name, path, err)
 		}

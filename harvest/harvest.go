@@ -67,6 +67,9 @@ type Plan struct {
 	// past it, rank 0 merges the set without its least recently used
 	// cache units, down to 90 % (bundle.MergeOptions.MaxSize).
 	MaxSize int64
+	// Meta is more metadata for the layer (rank 0's): the machine and
+	// toolchain of the job that compiled it (docs/FORMAT.md).
+	Meta map[string]string
 }
 
 // DefaultChunk is the size of each message carrying file bytes.
@@ -318,6 +321,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	var commFail error
 	filled := false
 	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust}, func(w *bundle.Writer) error {
+		for k, v := range plan.Meta {
+			w.SetMeta(k, v)
+		}
 		filled = true
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")

@@ -30,22 +30,30 @@ func (l *leader) agree(local error) error {
 const maxPresetList = 1024
 
 // share gives every rank what the leaders know: sizes, timings, the
-// presets in use and how many nodes differ from the warm-up machine.
+// presets in use, how many nodes differ from the warm-up machine (or
+// could not tell), and how many filtered GPU architectures.
 func (l *leader) share() error {
 	s := l.sum
-	vals := []*int64{new(int64), new(int64), new(int64), new(int64), new(int64), new(int64), new(int64)}
+	vals := make([]*int64, 10)
+	for i := range vals {
+		vals[i] = new(int64)
+	}
+	flag := func(v *int64, b bool) {
+		if b {
+			*v = 1
+		}
+	}
 	if s.Leader {
 		*vals[0], *vals[1], *vals[2] = int64(s.Entries), s.Bytes, s.RawBytes
 		*vals[3] = int64(l.extract)
 		*vals[4] = int64(l.stats.Bcast)
-		if len(s.MismatchKeys) > 0 {
-			*vals[5] = 1
-		}
+		flag(vals[5], len(s.MismatchKeys) > 0)
+		flag(vals[7], s.ToolchainError != "" || len(s.NotHere) > 0)
+		flag(vals[8], s.Skipped > 0)
+		flag(vals[9], l.allArchs && !s.AlreadyInstalled)
 	}
-	if s.Missing {
-		*vals[6] = 1 // rank 0's
-	}
-	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum, mpi.Max}
+	flag(vals[6], s.Missing) // rank 0's
+	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum, mpi.Max, mpi.Sum, mpi.Sum, mpi.Sum}
 	for i, v := range vals {
 		r, err := l.world.AllreduceInt64(*v, ops[i])
 		if err != nil {
@@ -57,6 +65,7 @@ func (l *leader) share() error {
 	s.Extract, s.Bcast = time.Duration(*vals[3]), time.Duration(*vals[4])
 	s.MismatchNodes = int(*vals[5])
 	s.Missing = *vals[6] == 1
+	s.UnknownNodes, s.SkippedNodes, s.AllArchNodes = int(*vals[7]), int(*vals[8]), int(*vals[9])
 	read, err := l.world.AllreduceInt64(int64(l.stats.Read), mpi.Max) // rank 0's
 	if err != nil {
 		return commErr("summary", err)

@@ -15,6 +15,9 @@ import (
 // recordInfo is what this node's install record says besides the tree.
 func (l *leader) recordInfo(presets []*warmup.Preset) bundle.RecordInfo {
 	info := bundle.RecordInfo{Job: l.plan.Job, Host: l.plan.Host, Bundle: l.bundlePath}
+	if l.skip != nil {
+		info.Filter = filterName(l.target())
+	}
 	if names := warmup.PresetNames(presets); names != "" {
 		info.Presets = strings.Split(names, ",")
 	}
@@ -33,7 +36,7 @@ func absPath(p string) string {
 // leaders what set it loads: a flag, the content digest, the presets, the
 // bundle's path and the names of its layers above the base, each
 // length-prefixed.
-const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096 + 2 + maxLayerList
+const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096 + 2 + maxLayerList + 1
 
 // maxLayerList bounds the layer names rank 0 shares: bundle.MaxLayers
 // names of 30 bytes and their commas.
@@ -46,6 +49,7 @@ type setInfo struct {
 	presets string // comma-separated names
 	path    string // absolute ("" when too long to send)
 	layers  string // comma-separated names in bundle.LayerDir(path), in order
+	gpu     bool   // the set holds entries of GPU architectures (warmup.HasGPUUnits)
 }
 
 func (s *setInfo) encode() []byte {
@@ -73,11 +77,15 @@ func (s *setInfo) encode() []byte {
 	}
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(ls)))
 	b = append(b, ls...)
-	return b[:setInfoLen]
+	b = b[:setInfoLen]
+	if s.gpu {
+		b[setInfoLen-1] = 1 // the last byte, which the fields above never reach
+	}
+	return b
 }
 
 func decodeSetInfo(b []byte) *setInfo {
-	s := &setInfo{ok: b[0] == 1}
+	s := &setInfo{ok: b[0] == 1, gpu: b[setInfoLen-1] == 1}
 	copy(s.content[:], b[1:17])
 	n := int(binary.LittleEndian.Uint16(b[17:]))
 	if n > maxPresetList {
@@ -118,6 +126,11 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 				names = append(names, filepath.Base(ly.Path))
 			}
 			si.layers = strings.Join(names, ",")
+			var all []string
+			for _, e := range set.Merged(bundle.CacheUnit) {
+				all = append(all, e.Name)
+			}
+			si.gpu = warmup.HasGPUUnits(all)
 		}
 		buf = si.encode()
 	}
@@ -138,8 +151,9 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 		}
 	}
 	l.content = si.content
+	l.gpuUnits = si.gpu
 	l.sum.ContentDigest = bundle.FormatDigest(si.content)
-	held, refuse = holds(absPath(l.plan.Dest), si.content, si.presets, l.plan.Force)
+	held, refuse = holds(absPath(l.plan.Dest), si.content, si.presets, l.plan.Force, l.target)
 	return held, refuse, nil
 }
 
@@ -147,8 +161,12 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 // the presets named, unchanged since its install; or why it is refused
 // without force (a tree kbundle installed that changed since). Anything
 // else (no record, an older kbundle's marker, another set) is Stage's to
-// judge by the usual rules.
-func holds(dest string, want bundle.Digest, presets string, force bool) (bool, error) {
+// judge by the usual rules. A tree installed whole holds the set whatever
+// this node's GPU; one installed for a GPU architecture (its record names
+// the filter and the set's digest) holds it for that architecture, or
+// when target, asked only then, sees no GPU (the tree was filtered for
+// this node's when a step saw it).
+func holds(dest string, want bundle.Digest, presets string, force bool, target func() string) (bool, error) {
 	rec, err := bundle.ReadInstallRecord(dest)
 	if err != nil || rec.Dest != dest {
 		return false, nil // the relocation named another place: not this set as installed here
@@ -165,7 +183,18 @@ func holds(dest string, want bundle.Digest, presets string, force bool) (bool, e
 			"kbundle installed it (content digest %s) and its tree changed since (%s entries: the job compiled more); "+
 				"run `kbundle harvest` first to keep those entries in the set; --force replaces it and loses them", rec.ContentDigest, ch)}
 	}
-	return rec.ContentDigest == bundle.FormatDigest(want) && strings.Join(rec.Presets, ",") == presets, nil
+	set := rec.ContentDigest
+	if rec.SetContentDigest != "" {
+		set = rec.SetContentDigest
+	}
+	if set != bundle.FormatDigest(want) || strings.Join(rec.Presets, ",") != presets {
+		return false, nil
+	}
+	if rec.Skipped == 0 {
+		return true, nil
+	}
+	t := target()
+	return t == "" || rec.Filter == filterName(t), nil
 }
 
 // shareHeld gives every rank the set's content digest and the number of

@@ -83,9 +83,23 @@ type Plan struct {
 	// Host names this node in messages (os.Hostname, given by the caller).
 	Host string
 	// HostInfo describes this node (hostinfo.Collect, given by the caller),
-	// called on leaders only, after a successful staging, to compare the
-	// node with the warm-up machine. nil: no comparison.
+	// called once on leaders only: after a successful staging, to compare
+	// the node with the warm-up machine, or before the staging when the
+	// set holds entries of GPU architectures and GPUArch is "" (its
+	// gpu.compute_cap). nil: no comparison, no GPU known.
 	HostInfo func() map[string]string
+	// Toolchain reads this node's toolchain (hostinfo.Toolchain, given by
+	// the caller: the keys of bundle.MetaPython and the others asked, the
+	// ones the bundle records and the presets' rules compare), on leaders
+	// after a successful staging. Its error says why Python could not be
+	// asked. nil: the toolchain is not compared.
+	Toolchain func(keys []string) (map[string]string, error)
+	// GPUArch is the GPU architecture (warmup.ParseGPUArch's form,
+	// "cuda:90") whose entries this node installs, leaving out those of
+	// other architectures; "" the node's GPU's (HostInfo), or every
+	// architecture when it sees none; warmup.AllGPUArchs every
+	// architecture.
+	GPUArch string
 	// BorrowNodeCPUs lets each leader extract on the CPUs of all its
 	// node's ranks (the union of their affinity masks), which wait idle
 	// meanwhile. It changes the process's thread affinity and GOMAXPROCS
@@ -125,14 +139,39 @@ type Summary struct {
 	// overlapping; Total the whole call.
 	Read, Bcast, Extract, Total time.Duration
 	// MismatchNodes is how many nodes differ from the warm-up machine in a
-	// way that may make compiled kernels miss; MismatchKeys (leaders) says
-	// how this one differs, one "key: warmed on X, here Y" item a key.
+	// way that makes the presets' caches miss (docs/presets.md, "What a
+	// load compares"); Misses (leaders) says how this one differs, by
+	// warmup's rules, and MismatchKeys the same as "key: warmed on X, here
+	// Y" items.
 	MismatchNodes int
 	MismatchKeys  []string
 	// Notes (rank 0) are the nodes' notes, in rank order: every node that
 	// differs from the warm-up machine, with how (when the communicator
 	// has point-to-point messages; else rank 0's own only).
-	Notes []NodeNote
+	Notes  []NodeNote
+	Misses []warmup.Miss
+	// ToolchainError (leaders) says why Python could not be asked for its
+	// versions; NotHere (leaders) are the toolchain keys the bundle records
+	// and the presets compare that this node has none of (a package not
+	// installed for PythonPath, the interpreter asked), each as "triton
+	// 3.6.0" (what the warm-up had); UnknownNodes is
+	// how many nodes could not compare something so.
+	ToolchainError string
+	NotHere        []string
+	PythonPath     string
+	UnknownNodes   int
+	// GPUArch (leaders) is the architecture this node's entries were
+	// filtered for (Plan.GPUArch or its GPU's; "" when it saw no GPU and
+	// installed every architecture). Skipped and SkippedBytes (leaders)
+	// are what the filter left out, SkippedArchs of which architectures;
+	// SkippedNodes is how many nodes left something out, AllArchNodes how
+	// many saw no GPU while the set holds entries of GPU architectures.
+	GPUArch      string
+	Skipped      int
+	SkippedBytes int64
+	SkippedArchs []string
+	SkippedNodes int
+	AllArchNodes int
 	// Held is the most bundle bytes this leader held in memory at once.
 	Held int64
 	// Taken is Plan.Dest when another user held it on TakenNodes nodes
@@ -285,9 +324,18 @@ type leader struct {
 	presets     []*warmup.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
-	bundlePath  string        // rank 0's bundle, absolute, for the install record
-	layerPaths  []string      // the set's layers above its base, in order
-	content     bundle.Digest // the set's content digest, from rank 0
+	bundlePath  string            // rank 0's bundle, absolute, for the install record
+	layerPaths  []string          // the set's layers above its base, in order
+	content     bundle.Digest     // the set's content digest, from rank 0
+	info        map[string]string // HostInfo's, once infoDone
+	infoDone    bool
+	// gpuUnits: the set holds entries of GPU architectures (rank 0's
+	// setInfo); skip is this node's filter (nil: none), skippedArchs what
+	// it left out; allArchs: it saw no GPU and installs every one.
+	gpuUnits     bool
+	skip         func(name string) bool
+	skippedArchs map[string]bool
+	allArchs     bool
 }
 
 // abort rolls this node's copy back, if any.
@@ -405,16 +453,17 @@ func (k *sink) stage(presets []*warmup.Preset) {
 		progress = l.plan.Progress
 	}
 	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Parents: l.plan.Parents, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
-		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit, Progress: progress})
+		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit, Progress: progress, Skip: l.skip})
 	if err == nil {
 		if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 			st.Abort()
 			st = nil
 		}
 	}
-	if st != nil && len(l.layerPaths) > 0 {
-		res := st.Result()
-		l.sum.Entries, l.sum.RawBytes = res.Files+res.Dirs, res.Bytes
+	if st != nil && (len(l.layerPaths) > 0 || l.skip != nil) {
+		res := st.Result() // the set's view: what was installed and what was left out
+		l.sum.Entries, l.sum.RawBytes = res.Files+res.Dirs+res.Skipped, res.Bytes+res.SkippedBytes
+		l.filtered(res)
 	}
 	l.staged = st
 	l.extract = time.Since(t)
@@ -508,6 +557,9 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		group = sub
 	}
+	if err := l.gpuFilter(group, set); err != nil {
+		return err
+	}
 	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
 	if held {
 		l.heldSummary(set)
@@ -599,14 +651,6 @@ func (l *leader) heldSummary(set *bundle.OpenedSet) {
 		l.sum.Entries++
 		l.sum.RawBytes += e.Size
 	}
-}
-
-// checkHost compares this node with the warm-up machine.
-func (l *leader) checkHost(k *sink) error {
-	if l.plan.HostInfo != nil && k.s != nil {
-		l.sum.MismatchKeys = diffHost(k.s.Meta(), l.plan.HostInfo())
-	}
-	return nil
 }
 
 // fakeNodeDest is Dest on fake node rank/RanksPerNode (Plan.RanksPerNode).

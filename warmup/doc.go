@@ -4,7 +4,11 @@
 // application at a directory, with the documentation source of each), the
 // fix-ups a cache needs after it moved (Relocate), and a warm-up run that
 // executes an application once as a plain single process and reports what
-// it added to the cache directory.
+// it added to the cache directory. It also holds what decides reuse: the
+// rule table of which recorded toolchain, GPU or CPU difference makes
+// which preset's cache miss (ReuseRules, Misses; docs/presets.md), and
+// the GPU architecture of cache entries as the frameworks write them
+// (GPUTargets, GPUFilter).
 //
 // It must never guess a variable that the framework's own documentation
 // or source does not name, never let a warm-up child believe it is one

@@ -35,7 +35,7 @@ var table = []*Preset{
 		},
 		Misses: []string{
 			"__grp__*.json group files store absolute paths of the kernel files: after a move they point at the old root (kbundle rewrites them, see Relocate)",
-			"GPU architecture (compute capability), Triton version, backend/driver and ptxas version are part of the key",
+			"GPU architecture (compute capability), Triton version (with a hash of its sources), backend and ptxas version are part of the key; the driver is not",
 			"kernel source text and constexpr/specialization arguments are part of the key",
 		},
 		relocate: relocateTriton,

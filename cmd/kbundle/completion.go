@@ -86,7 +86,7 @@ func flagValue(f cli.Flag) (valueKind, []string) {
 		return valueDir, nil
 	case "bundle":
 		return valueBundle, nil
-	case "timeout", "exclude", "older-than", "job", "user", "max-size":
+	case "timeout", "exclude", "older-than", "job", "user", "max-size", "gpu-arch":
 		return valueFree, nil
 	}
 	return valueFile, nil

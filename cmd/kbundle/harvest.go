@@ -11,10 +11,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 func init() {
@@ -117,6 +120,9 @@ func harvestAction(c *cli.Context) (err error) {
 	if usingMPI {
 		plan.RanksPerNode = lp.RanksPerNode
 	}
+	if world.Rank() == 0 && !plan.DryRun {
+		plan.Meta = harvestMeta(fakeNodeDest(dest, lp.RanksPerNode, usingMPI))
+	}
 	sum, err := harvest.Run(c.Context, world, plan)
 	if err != nil {
 		if errors.Is(err, broadcast.ErrComm) || sum == nil {
@@ -136,4 +142,29 @@ func harvestAction(c *cli.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// harvestMeta is what rank 0 records in the layer: this machine and the
+// toolchain of the presets its DEST was installed with (its install
+// record), as warm records them for the base.
+func harvestMeta(dest string) map[string]string {
+	var presets []*warmup.Preset
+	if rec, err := bundle.ReadInstallRecord(dest); err == nil {
+		presets, _ = warmup.ParseList(rec.Presets...)
+	}
+	m := hostinfo.Collect()
+	tc, _ := toolchainMeta(presets, "")
+	for k, v := range tc {
+		m[k] = v
+	}
+	return m
+}
+
+// fakeNodeDest is rank 0's DEST under KBUNDLE_TEST_RANKS_PER_NODE
+// (load.Plan.RanksPerNode: node 0's DEST.node0).
+func fakeNodeDest(dest string, ranksPerNode int, usingMPI bool) string {
+	if usingMPI && ranksPerNode > 0 {
+		return dest + ".node0"
+	}
+	return dest
 }

@@ -135,8 +135,14 @@ func infoAction(c *cli.Context) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	width := 16 // the keys line up: toolchain.cuda_runtime is the longest kbundle writes
 	for _, k := range keys {
-		fmt.Fprintf(w, "%-16s %s\n", safe(k)+":", safe(cut(in.Meta[k], 100)))
+		if n := len(safe(k)) + 1; n > width && n <= 32 {
+			width = n
+		}
+	}
+	for _, k := range keys {
+		fmt.Fprintf(w, "%-*s %s\n", width, safe(k)+":", safe(cut(in.Meta[k], 100)))
 	}
 	if len(in.Layers) > 0 {
 		fmt.Fprintf(w, "layers:    %d, loaded with the base as one set (content %s; kbundle merge folds them)\n", len(in.Layers), in.SetContentDigest)

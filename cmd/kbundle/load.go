@@ -21,7 +21,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [-q]",
+		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
 			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
@@ -30,6 +30,9 @@ func init() {
 			"by rank 0, a summary on stderr. Without a launcher, or with one task, it loads\n" +
 			"locally. With --preset, each node's copy is relocated for the framework and\n" +
 			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n" +
+			"Each node installs the entries of its own GPU's architecture (--gpu-arch: another,\n" +
+			"or all) and compares its GPU, CPU and toolchain (the Python of --python) with\n" +
+			"the warm-up's where the presets' caches key on them, warning once where they miss.\n" +
 			"A flag given wins over its variable ([$NAME] below), which wins over the default.\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
 			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
@@ -84,7 +87,7 @@ func settingFlags() []cli.Flag {
 // variables are loadcmd.Resolve's).
 func request(c *cli.Context) loadcmd.Request {
 	r := loadcmd.Request{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), Force: c.Bool("force"), Parents: c.Bool("parents"),
-		ReplacePresets: c.Bool("replace-presets")}
+		ReplacePresets: c.Bool("replace-presets"), GPUArch: c.String("gpu-arch"), Python: c.String("python")}
 	if c.IsSet("allow-missing") {
 		v := c.Bool("allow-missing")
 		r.AllowMissing = &v

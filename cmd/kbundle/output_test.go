@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestHostileNamesEscaped(t *testing.T) {
 		if args[0] == "ls" && (!strings.Contains(all, `"a\nb"`) || !strings.Contains(all, `"e\x1b[2Jvil"`)) {
 			t.Errorf("%v: names not quoted:\n%s", args, all)
 		}
-		if args[0] == "info" && !strings.Contains(all, `origin:          "`) {
+		if args[0] == "info" && !regexp.MustCompile(`(?m)^origin: +"`).MatchString(all) {
 			t.Errorf("info: origin not quoted:\n%s", all)
 		}
 	}

@@ -43,7 +43,7 @@ func init() {
 				return cli.Exit(err.Error(), exitUsage)
 			}
 			start := time.Now()
-			res, err := packDir(c, dir, c.String("output"), warmup.PresetNames(presets))
+			res, _, err := packDir(c, dir, c.String("output"), presets, "")
 			if err != nil {
 				return err
 			}
@@ -57,51 +57,55 @@ func init() {
 
 // packDir packs dir to out (default dir/cache.kbundle) with the shared
 // flags of c, showing progress.
-func packDir(c *cli.Context, dir, out, preset string) (*bundle.PackResult, error) {
+func packDir(c *cli.Context, dir, out string, presets []*warmup.Preset, python string) (*bundle.PackResult, map[string]string, error) {
 	lvl, err := level(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	n, err := jobs(c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if out == "" {
 		out = filepath.Join(dir, "cache.kbundle")
 	}
 	if out == "-" {
-		return nil, cli.Exit("a bundle is written to a file, not to stdout: pass -o FILE (./- for a file named -)", exitUsage)
+		return nil, nil, cli.Exit("a bundle is written to a file, not to stdout: pass -o FILE (./- for a file named -)", exitUsage)
 	}
 	if d := filepath.Dir(out); !isDir(d) {
-		return nil, noOutputDir(out)
+		return nil, nil, noOutputDir(out)
 	}
 	for _, g := range c.StringSlice("exclude") {
 		if _, err := path.Match(g, ""); err != nil {
-			return nil, cli.Exit(fmt.Sprintf("--exclude %q: %v", g, err), exitUsage)
+			return nil, nil, cli.Exit(fmt.Sprintf("--exclude %q: %v", g, err), exitUsage)
 		}
 	}
 	var ct time.Time
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return nil, cli.Exit(fmt.Sprintf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s), exitUsage)
+			return nil, nil, cli.Exit(fmt.Sprintf("SOURCE_DATE_EPOCH=%q is not a number of seconds", s), exitUsage)
 		}
 		ct = time.Unix(n, 0)
 	}
 	trust, err := trustPolicy()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	// The versions the presets' caches key on, recorded for load to
+	// compare (docs/presets.md, "What a load compares").
+	tc, _ := toolchainMeta(presets, python)
 	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
 		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"), Trust: trust,
-		Preset: preset, Progress: bar.update, Host: hostinfo.Collect(), ContentTime: ct,
+		Preset: warmup.PresetNames(presets), Progress: bar.update, Host: hostinfo.Collect(), Meta: tc, ContentTime: ct,
 	})
+
 	bar.done()
 	if err != nil {
-		return nil, cli.Exit(fmt.Sprintf("cannot pack %s: %v", safe(dir), err), exitError)
+		return nil, nil, cli.Exit(fmt.Sprintf("cannot pack %s: %v", safe(dir), err), exitError)
 	}
-	return res, nil
+	return res, tc, nil
 }
 
 // packJSON is `kbundle pack --json`; fields are only ever added.

@@ -130,11 +130,14 @@ func warm(c *cli.Context) error {
 		warmWarn(c.App.ErrWriter, "the run added nothing to %s: the framework did not use it (check the preset and that the application does not override the cache variable), or the cache was already warm", dir)
 	}
 	if c.Bool("pack") {
-		pres, err := packDir(c, dir, out, warmup.PresetNames(presets))
+		pres, tc, err := packDir(c, dir, out, presets, warmPython(argv))
 		if err != nil {
 			return err
 		}
 		printPackResult(c.App.ErrWriter, dir, pres)
+		if s := toolchainSummary(tc); s != "" {
+			warmInfo(c.App.ErrWriter, "recorded the toolchain: %s", s)
+		}
 	}
 	if c.Bool("check") {
 		return warmCheck(c, dir, out, argv, presets)

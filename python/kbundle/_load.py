@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -244,6 +245,8 @@ def _request(
         "force": bool(force),
         # Go copies the environment when the library loads; pass today's.
         "environ": dict(os.environ),
+        # The toolchain compared with the warm-up's is this interpreter's.
+        "python": sys.executable,
     }
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)):
         raise TypeError(f"jobs: want an int or None, got {type(jobs).__name__}")

@@ -1,10 +1,15 @@
 package hostinfo
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"testing"
+
+	"github.com/kbundle/kbundle/bundle"
 )
 
 func TestCollectHasOSAndArch(t *testing.T) {
@@ -20,5 +25,54 @@ func TestCPUInfo(t *testing.T) {
 	model, flags := cpuinfo(p)
 	if model != "Test CPU 9000" || flags != "avx2 fpu sse2" {
 		t.Fatalf("cpuinfo = %q, %q", model, flags)
+	}
+}
+
+// Toolchain reads versions without importing anything: a dist-info on
+// PYTHONPATH, torch/version.py, $CXX --version, a CUDA toolkit's
+// version.json, ROCm's .info/version; an interpreter that cannot run is
+// said, the rest still read.
+func TestToolchain(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site")
+	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
+	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
+	os.MkdirAll(filepath.Join(site, "torch"), 0o755)
+	os.WriteFile(filepath.Join(site, "torch", "__init__.py"), []byte("raise ImportError('torch must not be imported')\n"), 0o644)
+	os.WriteFile(filepath.Join(site, "torch", "version.py"), []byte("__version__ = '9.9.9'\ncuda: Optional[str] = '12.4'\nhip = None\n"), 0o644)
+	cxx := filepath.Join(dir, "fakecc")
+	os.WriteFile(cxx, []byte("#!/bin/sh\necho 'fakecc (Test) 1.2.3'\necho second line\n"), 0o755)
+	cuda := filepath.Join(dir, "cuda")
+	os.MkdirAll(cuda, 0o755)
+	os.WriteFile(filepath.Join(cuda, "version.json"), []byte(`{"cuda": {"version": "12.4.1"}, "cuda_cudart": {"version": "12.4.127"}}`), 0o644)
+	rocm := filepath.Join(dir, "rocm", ".info")
+	os.MkdirAll(rocm, 0o755)
+	os.WriteFile(filepath.Join(rocm, "version"), []byte("6.2.0-66\n"), 0o644)
+	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": cxx, "CUDA_HOME": cuda, "ROCM_PATH": filepath.Dir(rocm)}
+	getenv := func(k string) string { return env[k] }
+	keys := []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaJAX, bundle.MetaTorchCUDA, bundle.MetaCXX, bundle.MetaCXXVersion, bundle.MetaCUDARuntime, bundle.MetaROCm}
+	got, err := Toolchain("", getenv, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^3\.\d+\.\d+$`).MatchString(got[bundle.MetaPython]) || !filepath.IsAbs(got[bundle.MetaPythonPath]) {
+		t.Errorf("python %q at %q", got[bundle.MetaPython], got[bundle.MetaPythonPath])
+	}
+	want := map[string]string{bundle.MetaNumba: "0.99.1", bundle.MetaTorchCUDA: "12.4", bundle.MetaCXX: cxx,
+		bundle.MetaCXXVersion: "fakecc (Test) 1.2.3", bundle.MetaCUDARuntime: "12.4.127", bundle.MetaROCm: "6.2.0-66"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if _, ok := got[bundle.MetaJAX]; ok {
+		t.Errorf("jax found: %q", got[bundle.MetaJAX])
+	}
+	got, err = Toolchain(filepath.Join(dir, "no-python"), getenv, keys)
+	if !errors.Is(err, ErrNoPython) || got[bundle.MetaCXX] != cxx || got[bundle.MetaNumba] != "" {
+		t.Errorf("no python: %v, %v", got, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kbundle/kbundle/internal/hostlist"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 // SchemaVersion is the version of every JSON object kbundle prints
@@ -53,13 +54,13 @@ type Outcome struct {
 	MismatchKeys  []string `json:"mismatch_keys"`
 	// NodeNotes are, in rank order, the nodes that differ from the
 	// warm-up machine and how (rank 0; the warnings merge them).
-	NodeNotes []load.NodeNote `json:"node_notes"`
-	Presets       []string `json:"presets"`
-	EmptyPresets  []string `json:"empty_presets"` // leaders: named presets the bundle has nothing for
-	Env           []string `json:"env"`
-	HeldBytes     int64    `json:"held_bytes"`
-	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
-	TakenNodes    int      `json:"taken_nodes,omitempty"`
+	NodeNotes    []load.NodeNote `json:"node_notes"`
+	Presets      []string        `json:"presets"`
+	EmptyPresets []string        `json:"empty_presets"` // leaders: named presets the bundle has nothing for
+	Env          []string        `json:"env"`
+	HeldBytes    int64           `json:"held_bytes"`
+	Taken        string          `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
+	TakenNodes   int             `json:"taken_nodes,omitempty"`
 	// ContentDigest is the set's (docs/FORMAT.md, "Content digest");
 	// AlreadyNodes the nodes whose DEST already held it unchanged since
 	// its install, left as they were; Already whether this node's did
@@ -79,12 +80,32 @@ type Outcome struct {
 	Path        string  `json:"path,omitempty"`
 	PackedBytes int64   `json:"packed_bytes"`
 	Seconds     float64 `json:"seconds"`
+	// Mismatches (leaders) are this node's differences from the warm-up
+	// machine that make the presets' caches miss (docs/presets.md, "What
+	// a load compares"), each: key, compare, warmed, here, presets,
+	// effects. UnknownNodes is how many nodes could not compare their
+	// toolchain (no Python to ask, a package the warm-up had not
+	// installed).
+	Mismatches   []warmup.Miss `json:"mismatches"`
+	UnknownNodes int           `json:"toolchain_unknown_nodes"`
+	// GPUArch (leaders) is the architecture this node installed the
+	// entries of ("" when it saw no GPU: every architecture);
+	// SkippedEntries, SkippedBytes and SkippedArchs (leaders) what it left
+	// out; SkippedNodes is how many nodes left something out,
+	// AllArchNodes how many saw no GPU while the set holds entries of GPU
+	// architectures, and installed them all.
+	GPUArch        string   `json:"gpu_arch"`
+	SkippedEntries int      `json:"skipped_entries"`
+	SkippedBytes   int64    `json:"skipped_bytes"`
+	SkippedArchs   []string `json:"skipped_archs"`
+	SkippedNodes   int      `json:"skipped_nodes"`
+	AllArchNodes   int      `json:"all_archs_nodes"`
 }
 
 // Loaded is the outcome of a load of bundle that returned sum; usingMPI:
 // over MPI.
 func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
-	return Outcome{
+	o := Outcome{
 		SchemaVersion: SchemaVersion, OK: true, Dest: sum.Dest, Bundle: bundle, Path: bundle, PackedBytes: sum.Bytes,
 		Seconds: sum.Total.Seconds(), Entries: sum.Entries, Bytes: sum.Bytes,
 		RawBytes: sum.RawBytes, Nodes: sum.Nodes, Ranks: sum.Ranks, MPI: usingMPI, Leader: sum.Leader,
@@ -95,7 +116,14 @@ func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
 		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
 		ContentDigest: sum.ContentDigest, AlreadyNodes: sum.InstalledNodes, Already: sum.AlreadyInstalled,
 		MissingSet: sum.Missing, Warnings: orEmpty(Warnings(sum)),
+		Mismatches: sum.Misses, UnknownNodes: sum.UnknownNodes,
+		GPUArch: sum.GPUArch, SkippedEntries: sum.Skipped, SkippedBytes: sum.SkippedBytes, SkippedArchs: orEmpty(sum.SkippedArchs),
+		SkippedNodes: sum.SkippedNodes, AllArchNodes: sum.AllArchNodes,
 	}
+	if o.Mismatches == nil {
+		o.Mismatches = []warmup.Miss{}
+	}
+	return o
 }
 
 func notesOrEmpty(n []load.NodeNote) []load.NodeNote {
@@ -115,7 +143,8 @@ func orEmpty(s []string) []string {
 // Warnings are the warnings of a load that returned sum, as rank 0
 // prints them (each after "kbundle: "), the same words from every front
 // end: a default DEST another user held, named presets the bundle has
-// nothing for, nodes that differ from the warm-up machine.
+// nothing for, nodes that differ from the warm-up machine (or could not
+// tell), what the GPU architecture filter left out.
 func Warnings(sum *load.Summary) []string {
 	var w []string
 	if sum.Missing {
@@ -134,10 +163,39 @@ func Warnings(sum *load.Summary) []string {
 		w = append(w, fmt.Sprintf("warning: the bundle has nothing for preset %s: its variables point at an empty directory",
 			strings.Join(sum.EmptyPresets, ", ")))
 	}
-	if len(sum.Notes) > 0 {
-		return append(w, mismatchWarnings(sum.Notes)...)
+	w = append(w, mismatchWarnings(sum)...)
+	w = append(w, gpuLines(sum)...)
+	return w
+}
+
+// mismatchWarnings say how nodes differ from the warm-up machine: by the
+// presets' rules, one line a difference of rank 0's node, with what the
+// framework will do; without a preset that says which framework, the
+// keys that differ. Then what rank 0's node could not compare.
+func mismatchWarnings(sum *load.Summary) []string {
+	var w []string
+	var named []warmup.Miss // by a preset's rule
+	for _, m := range sum.Misses {
+		if len(m.Presets) > 0 {
+			named = append(named, m)
+		}
 	}
-	if nd := sum.MismatchNodes; nd > 0 {
+	switch nd := sum.MismatchNodes; {
+	case nd == 0:
+	case len(named) > 0:
+		switch {
+		case len(sum.Notes) > 0 && sum.Nodes > 1:
+			w = append(w, fmt.Sprintf("warning: %s of %d nodes differ from the machine the cache was warmed on in what their caches key on; rank 0's node:",
+				Safe(notedHosts(sum.Notes)), sum.Nodes))
+		case sum.Nodes > 1:
+			w = append(w, fmt.Sprintf("warning: %d of %d nodes differ from the machine the cache was warmed on in what their caches key on; rank 0's node:", nd, sum.Nodes))
+		}
+		for _, m := range named {
+			w = append(w, "warning: "+Safe(m.String()))
+		}
+	case len(sum.Notes) > 0:
+		w = append(w, notesWarnings(sum.Notes)...)
+	default:
 		what := "a node differs"
 		if nd > 1 {
 			what = fmt.Sprintf("%d nodes differ", nd)
@@ -148,12 +206,26 @@ func Warnings(sum *load.Summary) []string {
 		}
 		w = append(w, fmt.Sprintf("warning: %s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail))
 	}
+	const name = "--python PATH or KBUNDLE_PYTHON names the job's interpreter"
+	switch {
+	case sum.ToolchainError != "":
+		w = append(w, fmt.Sprintf("warning: cannot tell whether Python's packages match the warm-up's: %s (%s)", Safe(sum.ToolchainError), name))
+	case len(sum.NotHere) > 0:
+		py := ""
+		if sum.PythonPath != "" {
+			py = " (Python: " + Safe(sum.PythonPath) + ")"
+		}
+		w = append(w, fmt.Sprintf("warning: cannot compare the warm-up's %s: not found here%s; if the job runs another Python, %s",
+			Safe(strings.Join(sum.NotHere, ", ")), py, name))
+	case sum.UnknownNodes > 0:
+		w = append(w, fmt.Sprintf("warning: %s could not compare their toolchain with the warm-up's (no Python to ask, or a package missing)", plural(sum.UnknownNodes, "node")))
+	}
 	return w
 }
 
-// mismatchWarnings are one line for each way nodes differ from the
-// warm-up machine, the nodes that differ alike merged in hostlist form.
-func mismatchWarnings(notes []load.NodeNote) []string {
+// notesWarnings are one line for each way nodes differ from the warm-up
+// machine, the nodes that differ alike merged in hostlist form.
+func notesWarnings(notes []load.NodeNote) []string {
 	var order []string
 	hosts := map[string][]string{}
 	for _, n := range notes {
@@ -173,6 +245,62 @@ func mismatchWarnings(notes []load.NodeNote) []string {
 			Safe(hostlist.Format(hosts[how])), verb, Safe(how)))
 	}
 	return w
+}
+
+// notedHosts are the hosts of notes, in hostlist form.
+func notedHosts(notes []load.NodeNote) string {
+	var hosts []string
+	for _, n := range notes {
+		hosts = append(hosts, n.Host)
+	}
+	return hostlist.Format(hosts)
+}
+
+// gpuLines say what the GPU architecture filter did: what rank 0's node
+// left out, how many nodes did, and the nodes that saw no GPU.
+func gpuLines(sum *load.Summary) []string {
+	var w []string
+	switch {
+	case sum.Skipped > 0:
+		line := fmt.Sprintf("installed the kernels of GPU architecture %s (this node's): left out %s (%s) built for %s",
+			sum.GPUArch, plural(sum.Skipped, "entry"), humanBytes(sum.SkippedBytes), strings.Join(sum.SkippedArchs, ", "))
+		if sum.SkippedNodes > 1 {
+			line += fmt.Sprintf("; %d nodes left out other architectures'", sum.SkippedNodes)
+		}
+		w = append(w, line+"; --gpu-arch all installs every architecture")
+	case sum.SkippedNodes > 0:
+		w = append(w, fmt.Sprintf("%s left out the kernels of other GPU architectures than their own; --gpu-arch all installs every architecture", plural(sum.SkippedNodes, "node")))
+	}
+	if n := sum.AllArchNodes; n > 0 {
+		w = append(w, fmt.Sprintf("no GPU visible to the load on %s (Slurm's ConstrainDevices hides GPUs from a step without --gres): "+
+			"installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one", plural(n, "node")))
+	}
+	return w
+}
+
+// plural is "1 node", "3 nodes"; "entry" becomes "entries".
+func plural(n int, one string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	if strings.HasSuffix(one, "y") {
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(one, "y"))
+	}
+	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// humanBytes is n in KiB, MiB, GiB.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // NoMPIWarning is the warning of `kbundle load` built without MPI under

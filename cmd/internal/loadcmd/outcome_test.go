@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 // TestKindOf: the one classification of a load's failures, its exit
@@ -107,5 +109,38 @@ func TestFailurePythonTerms(t *testing.T) {
 	}
 	if !strings.Contains(cli.Reason, "use --force to replace it") {
 		t.Errorf("the CLI's reason %q", cli.Reason)
+	}
+}
+
+// TestWarningsByRule: a difference a preset's rule names is said with
+// what the framework does, rank 0's node's, after how many nodes differ;
+// what could not be compared is said; what the GPU filter left out, and
+// the nodes that saw no GPU.
+func TestWarningsByRule(t *testing.T) {
+	miss := warmup.Miss{Key: bundle.MetaTriton, Compare: "exact", Warmed: "3.6.0", Here: "3.5.1", Presets: []string{"triton"},
+		Effects: []string{"Triton will recompile every kernel"}}
+	for _, c := range []struct {
+		name string
+		sum  load.Summary
+		want []string
+	}{
+		{"one node", load.Summary{Nodes: 1, MismatchNodes: 1, Misses: []warmup.Miss{miss}},
+			[]string{"warning: warmed with triton 3.6.0, here 3.5.1: Triton will recompile every kernel"}},
+		{"several", load.Summary{Nodes: 4, MismatchNodes: 3, Misses: []warmup.Miss{miss}},
+			[]string{"warning: 3 of 4 nodes differ from the machine the cache was warmed on in what their caches key on; rank 0's node:",
+				"warning: warmed with triton 3.6.0, here 3.5.1: Triton will recompile every kernel"}},
+		{"no python", load.Summary{Nodes: 1, ToolchainError: "cannot ask Python: python3: not found in PATH"},
+			[]string{"warning: cannot tell whether Python's packages match the warm-up's: cannot ask Python: python3: not found in PATH (--python PATH or KBUNDLE_PYTHON names the job's interpreter)"}},
+		{"not installed", load.Summary{Nodes: 1, NotHere: []string{"triton 3.6.0"}, PythonPath: "/usr/bin/python3"},
+			[]string{"warning: cannot compare the warm-up's triton 3.6.0: not found here (Python: /usr/bin/python3); if the job runs another Python, --python PATH or KBUNDLE_PYTHON names the job's interpreter"}},
+		{"filtered", load.Summary{Nodes: 3, GPUArch: "cuda:90", Skipped: 12, SkippedBytes: 3 << 20, SkippedArchs: []string{"cuda:80"}, SkippedNodes: 2, AllArchNodes: 1},
+			[]string{"installed the kernels of GPU architecture cuda:90 (this node's): left out 12 entries (3.0 MiB) built for cuda:80; 2 nodes left out other architectures'; --gpu-arch all installs every architecture",
+				"no GPU visible to the load on 1 node (Slurm's ConstrainDevices hides GPUs from a step without --gres): installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Warnings(&c.sum); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Warnings:\n%q\nwant\n%q", got, c.want)
+			}
+		})
 	}
 }

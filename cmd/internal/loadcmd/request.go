@@ -67,6 +67,10 @@ var Settings = []Setting{
 		Usage: fmt.Sprintf("use `N` extraction workers per node (0: all cores; 0..%d)", bundle.MaxJobs)},
 	{Flag: "timeout", Keyword: "timeout", Env: "KBUNDLE_TIMEOUT",
 		Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down (`D`: seconds, or with a unit: 30s, 10m; 0: none)"},
+	{Flag: "gpu-arch", Env: "KBUNDLE_GPU_ARCH",
+		Usage: "install the entries of GPU architecture `ARCH` (9.0, sm_90, gfx90a) and leave out the others'; all: every architecture; default: each node's GPU's, all where none is seen"},
+	{Flag: "python", Env: "KBUNDLE_PYTHON",
+		Usage: "the job's Python `PATH`, whose package versions are compared with the warm-up's (default: python3 on PATH; load_bundle: its own interpreter)"},
 	{Env: "KBUNDLE_TRUSTED_OWNERS", Usage: "users trusted to have written the bundle and DEST's parents, besides you and root"},
 	{Env: "KBUNDLE_TRUSTED_GROUPS", Usage: "groups trusted likewise"},
 	{Env: "KBUNDLE_BCAST_CHUNK", Usage: "the size of each broadcast, in bytes"},
@@ -110,6 +114,11 @@ type Request struct {
 	ReplacePresets bool      `json:"replace_presets"`
 	// Timeout in seconds; nil: not given; 0: none.
 	Timeout *float64 `json:"timeout"`
+	// GPUArch is the CLI's --gpu-arch ("": not given).
+	GPUArch string `json:"-"`
+	// Python is the interpreter whose versions are compared ("": not
+	// given): the CLI's --python, load_bundle's own sys.executable.
+	Python string `json:"python"`
 	// Environ is the caller's environment. Python's is always this one
 	// (os.environ as the call sees it: Go copies the process's when the
 	// library loads, and never reads that copy for a load); the CLI's is
@@ -135,9 +144,9 @@ type Options struct {
 	Timeout time.Duration // 0: none
 	// Progress is load.Plan.Progress (rank 0's display; nil: none).
 	Progress func(done, total int64)
-	plan    load.Plan     // all but Dest, GuessableDest
-	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
-	getenv  func(string) string
+	plan     load.Plan // all but Dest, GuessableDest
+	dest     string    // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
+	getenv   func(string) string
 }
 
 // Presets are the presets asked for (none: the bundle's recorded ones).
@@ -166,6 +175,15 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	if p.Jobs, err = resolveJobs(r, f, o.getenv); err != nil {
 		return o, err
 	}
+	if p.GPUArch, err = resolveGPUArch(r, f, o.getenv); err != nil {
+		return o, err
+	}
+	python := r.Python
+	if python == "" {
+		python = o.getenv("KBUNDLE_PYTHON")
+	}
+	getenv := o.getenv
+	p.Toolchain = func(keys []string) (map[string]string, error) { return hostinfo.Toolchain(python, getenv, keys) }
 	names := r.Presets
 	if v := o.getenv("KBUNDLE_PRESET"); names == nil && v != "" {
 		names = &[]string{v}
@@ -257,6 +275,26 @@ func DefaultBundle(getenv func(string) string) string {
 // NoBundle is the usage error of a command given no bundle, with nothing
 // in DefaultBundle's variables either.
 const NoBundle = "no bundle: pass FILE, or set KBUNDLE_BUNDLE or " + broadcast.CacheDirEnv
+
+// resolveGPUArch: the architecture given, else $KBUNDLE_GPU_ARCH, else
+// "" (each node's GPU's).
+func resolveGPUArch(r Request, f Front, getenv func(string) string) (string, error) {
+	v, given := r.GPUArch, r.GPUArch != ""
+	if !given {
+		v = getenv("KBUNDLE_GPU_ARCH")
+	}
+	if strings.TrimSpace(v) == "" {
+		return "", nil
+	}
+	a, err := warmup.ParseGPUArch(v)
+	switch {
+	case err != nil && given:
+		return "", usagef("%s: %v", f.given("gpu-arch", v), err)
+	case err != nil:
+		return "", usagef("KBUNDLE_GPU_ARCH=%q: %v", v, err)
+	}
+	return a, nil
+}
 
 // resolveBundle: a FILE given wins, then a DIR given, then
 // DefaultBundle.

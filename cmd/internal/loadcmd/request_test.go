@@ -115,3 +115,36 @@ func TestResolvePythonReadsOnlyItsEnviron(t *testing.T) {
 		t.Errorf("the CLI did not: %q %v", o.plan.Bundle, err)
 	}
 }
+
+// TestResolveGPUArchAndPython: --gpu-arch, else KBUNDLE_GPU_ARCH, read as
+// warmup.ParseGPUArch reads them (a usage error otherwise); the Python
+// asked is the one given, else KBUNDLE_PYTHON.
+func TestResolveGPUArchAndPython(t *testing.T) {
+	for _, c := range []struct {
+		req  Request
+		want string
+		err  string
+	}{
+		{Request{Bundle: "b"}, "", ""},
+		{Request{Bundle: "b", GPUArch: "9.0"}, "cuda:90", ""},
+		{Request{Bundle: "b", GPUArch: "all", Environ: map[string]string{"KBUNDLE_GPU_ARCH": "sm_80"}}, "all", ""},
+		{Request{Bundle: "b", Environ: map[string]string{"KBUNDLE_GPU_ARCH": "sm_80"}}, "cuda:80", ""},
+		{Request{Bundle: "b", GPUArch: "h100"}, "", `--gpu-arch h100: not a GPU architecture: "h100"`},
+		{Request{Bundle: "b", Environ: map[string]string{"KBUNDLE_GPU_ARCH": "x"}}, "", `KBUNDLE_GPU_ARCH="x": not a GPU architecture`},
+	} {
+		o, err := Resolve(c.req, CLI, 0)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, ErrUsage)):
+			t.Errorf("%+v: %v, want %q", c.req, err, c.err)
+		case c.err == "" && (err != nil || o.plan.GPUArch != c.want):
+			t.Errorf("%+v: %q %v, want %q", c.req, o.plan.GPUArch, err, c.want)
+		}
+	}
+	o, err := Resolve(Request{Bundle: "b", Python: "/nonexistent/python", Environ: map[string]string{"KBUNDLE_PYTHON": "/other"}}, Python, 0)
+	if err != nil || o.plan.Toolchain == nil {
+		t.Fatal(err)
+	}
+	if _, err := o.plan.Toolchain([]string{"toolchain.python"}); err == nil || !strings.Contains(err.Error(), "/nonexistent/python") {
+		t.Errorf("the Python given is not the one asked: %v", err)
+	}
+}
