@@ -93,6 +93,30 @@ const MaxRecordLen = 1 << 30
 // marker's checks. An unknown record version matches ErrVersion instead.
 var ErrNoRecord = errors.New("no install record")
 
+// checkVersion checks that the JSON document b, a what ("install
+// record"), starts with prefix and that its version key is want: a
+// number below 1 or not a number is ErrFormat, another version
+// ErrVersion.
+func checkVersion(b []byte, what, prefix, key string, want int64) error {
+	if !bytes.HasPrefix(b, []byte(prefix)) {
+		return errf(ErrFormat, "%s does not start with %s", what, prefix)
+	}
+	var v map[string]json.RawMessage
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errf(ErrFormat, "%s: %v", what, err)
+	}
+	var ver json.Number
+	if err := json.Unmarshal(v[key], &ver); err != nil {
+		return errf(ErrFormat, "%s version %s", what, v[key])
+	}
+	if n, err := ver.Int64(); err != nil || n < 1 {
+		return errf(ErrFormat, "%s version %q", what, ver)
+	} else if n != want {
+		return errf(ErrVersion, "%s version %d (this kbundle reads version %d)", what, n, want)
+	}
+	return nil
+}
+
 // ErrOldMarker says a directory holds the prose marker of an older
 // kbundle: kbundle installed it, but without a record of the tree. It
 // matches ErrNoRecord too.
@@ -355,19 +379,8 @@ func ParseInstallRecord(b []byte) (*InstallRecord, error) {
 	if len(b) > MaxRecordLen {
 		return nil, errf(ErrTooLarge, "install record longer than %d bytes", MaxRecordLen)
 	}
-	if !bytes.HasPrefix(b, []byte(recordPrefix)) {
-		return nil, errf(ErrFormat, "install record does not start with %s", recordPrefix)
-	}
-	var v struct {
-		Version json.Number `json:"kbundle_install_record"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, errf(ErrFormat, "install record: %v", err)
-	}
-	if n, err := v.Version.Int64(); err != nil || n < 1 {
-		return nil, errf(ErrFormat, "install record version %q", v.Version)
-	} else if n != RecordVersion {
-		return nil, errf(ErrVersion, "install record version %d (this kbundle reads version %d)", n, RecordVersion)
+	if err := checkVersion(b, "install record", recordPrefix, "kbundle_install_record", RecordVersion); err != nil {
+		return nil, err
 	}
 	rec := &InstallRecord{}
 	if err := json.Unmarshal(b, rec); err != nil {

@@ -1,7 +1,6 @@
 package bundle
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -269,19 +268,8 @@ func readUseFile(name string) ([]byte, error) {
 // parseUseRecord parses and checks a use record's bytes (docs/FORMAT.md,
 // "Use records").
 func parseUseRecord(b []byte) (*UseRecord, error) {
-	if !bytes.HasPrefix(b, []byte(useRecordPrefix)) {
-		return nil, errf(ErrFormat, "use record does not start with %s", useRecordPrefix)
-	}
-	var v struct {
-		Version json.Number `json:"kbundle_use_record"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return nil, errf(ErrFormat, "use record: %v", err)
-	}
-	if n, err := v.Version.Int64(); err != nil || n < 1 {
-		return nil, errf(ErrFormat, "use record version %q", v.Version)
-	} else if n != UseRecordVersion {
-		return nil, errf(ErrVersion, "use record version %d (this kbundle reads version %d)", n, UseRecordVersion)
+	if err := checkVersion(b, "use record", useRecordPrefix, "kbundle_use_record", UseRecordVersion); err != nil {
+		return nil, err
 	}
 	var f useFile
 	if err := json.Unmarshal(b, &f); err != nil {

@@ -13,18 +13,7 @@ import (
 )
 
 // human formats a byte count with a binary unit.
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func human(n int64) string { return loadcmd.HumanBytes(n) }
 
 // ratio is raw/packed, 0 for an empty bundle.
 func ratio(raw, packed int64) float64 {

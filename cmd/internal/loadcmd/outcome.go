@@ -263,7 +263,7 @@ func gpuLines(sum *load.Summary) []string {
 	switch {
 	case sum.Skipped > 0:
 		line := fmt.Sprintf("installed the kernels of GPU architecture %s (this node's): left out %s (%s) built for %s",
-			sum.GPUArch, plural(sum.Skipped, "entry"), humanBytes(sum.SkippedBytes), strings.Join(sum.SkippedArchs, ", "))
+			sum.GPUArch, plural(sum.Skipped, "entry"), HumanBytes(sum.SkippedBytes), strings.Join(sum.SkippedArchs, ", "))
 		if sum.SkippedNodes > 1 {
 			line += fmt.Sprintf("; %d nodes left out other architectures'", sum.SkippedNodes)
 		}
@@ -289,8 +289,9 @@ func plural(n int, one string) string {
 	return fmt.Sprintf("%d %ss", n, one)
 }
 
-// humanBytes is n in KiB, MiB, GiB.
-func humanBytes(n int64) string {
+// HumanBytes is n in B, KiB, MiB, GiB, as every kbundle message says a
+// size.
+func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
