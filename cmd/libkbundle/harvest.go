@@ -21,6 +21,9 @@ func harvestFortran(ctx context.Context, comm int64, req []byte) []byte {
 	}
 	rank := mpi.World().Rank()
 	opts, local := loadcmd.ResolveHarvest(r, loadcmd.Python, rank)
+	if local == nil {
+		local = loadcmd.CheckSingleton(r.Environ, mpi.World().Size())
+	}
 	// The guard bounds the whole call, from the communicator's duplication
 	// on, as load's.
 	host, _ := os.Hostname()

@@ -23,6 +23,9 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 	}
 	rank := mpi.World().Rank()
 	opts, local := loadcmd.Resolve(r, loadcmd.Python, rank)
+	if local == nil {
+		local = loadcmd.CheckSingleton(r.Environ, mpi.World().Size())
+	}
 	// The guard bounds the whole call, from the communicator's duplication
 	// on: a rank that never calls load_bundle blocks the others there
 	// already.

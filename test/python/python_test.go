@@ -510,3 +510,28 @@ print(lib.kbundle_load(MPI.COMM_WORLD.py2f(), b'{"bundle": "/nonexistent.kbundle
 		t.Errorf("kbundle_load of the %s build in a %s process: exit %d, want %s\nstdout:\n%s\nstderr:\n%s", other, v, code, want, so, se)
 	}
 }
+
+// TestSingletonRefused: an mpi4py of Open MPI under MPICH's Hydra starts
+// every task as a singleton; load_bundle and harvest refuse on every task
+// with the CLI's words (issue 20 part 3), rather than each task loading
+// the bundle alone.
+func TestSingletonRefused(t *testing.T) {
+	py := python(t, testutil.OpenMPI)
+	site := install(t, py)
+	const prog = `import kbundle
+from mpi4py import MPI
+for call in (lambda: kbundle.load_bundle(MPI.COMM_WORLD, bundle="/nonexistent.kbundle", dest="/nonexistent/d"),
+             lambda: kbundle.harvest(MPI.COMM_WORLD, bundle="/nonexistent.kbundle", dest="/nonexistent/d")):
+    try:
+        call()
+        print("not refused")
+    except kbundle.KbundleUsageError as e:
+        print("raised:", str(e).splitlines()[0])
+`
+	so, se, code := testutil.Run(t, append([]string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"}, testutil.MPIEnv...),
+		"mpiexec.hydra", "-n", "2", py, "-c", prog)
+	want := "raised: kbundle: this kbundle is built for Open MPI but runs under Hydra (MPICH) (2 tasks), and MPI started every task as a singleton (rank 0 of 1)"
+	if code != 0 || strings.Count(so, want) != 4 || strings.Contains(so, "not refused") {
+		t.Errorf("exit %d, want 4 times %q\nstdout:\n%s\nstderr:\n%s", code, want, so, se)
+	}
+}

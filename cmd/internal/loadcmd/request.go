@@ -14,7 +14,9 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
+	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
 
@@ -365,4 +367,22 @@ func (o Options) Plan(job string, usingMPI, tasks bool) (p load.Plan, err error)
 		p.RanksPerNode = 0
 	}
 	return p, err
+}
+
+// CheckSingleton is the refusal of an in-process call (load_bundle,
+// harvest) whose MPI runs every task the launcher started as a singleton:
+// the launcher's variables in environ (the request's) say more than one task,
+// and MPI_COMM_WORLD has worldSize ranks (1). It names what runs and the
+// fix, as the CLI's refusal does (detect.MismatchComm); nil otherwise. The
+// ABI is this library's build's.
+func CheckSingleton(environ map[string]string, worldSize int) error {
+	lookup := func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
+	det, err := detect.Detect(lookup)
+	if err != nil {
+		return nil // unparsable launcher variables: the load says nothing about them
+	}
+	if e := detect.MismatchComm(lookup, det, detect.ABI(mpi.BuildFamily()), worldSize); e != nil {
+		return usagef("%s", strings.TrimSuffix(e.Error(), detect.PerTaskHint))
+	}
+	return nil
 }
