@@ -2,61 +2,14 @@ package main
 
 import (
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
-	"syscall"
 
-	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 )
 
-// maxMine bounds how many directory entries minePrefix reads: /tmp is
-// shared, and other users' entries must not make status or clean long.
-const maxMine = 1 << 16
+// minePrefix is loadcmd.MinePrefix under $TMPDIR.
+func minePrefix(user string) string { return loadcmd.MinePrefix(os.Getenv("TMPDIR"), user) }
 
-// minePrefix is the pattern of the default DEST's siblings of user: every
-// default DEST of theirs, of any job, is named so (load.Dest).
-func minePrefix(user string) string {
-	return load.DestPrefix(os.Getenv("TMPDIR"), user)
-}
-
-// mineTrees lists the default DEST's siblings of user that are
-// directories of uid (not symlinks), sorted: the trees `kbundle status`
-// shows and `kbundle clean --all-mine` considers without a DEST. Whether
-// kbundle installed each is for the caller to check. A parent that does
-// not exist holds none.
+// mineTrees is loadcmd.MineTrees of user's default DEST siblings.
 func mineTrees(user string, uid int) ([]string, error) {
-	prefix := minePrefix(user)
-	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
-	f, err := os.Open(dir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	for read := 0; read < maxMine; {
-		names, err := f.Readdirnames(1024)
-		read += len(names)
-		for _, n := range names {
-			if !strings.HasPrefix(n, base) {
-				continue
-			}
-			p := filepath.Join(dir, n)
-			fi, err := os.Lstat(p)
-			if err != nil || !fi.IsDir() {
-				continue
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
-				out = append(out, p)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+	return loadcmd.MineTrees(minePrefix(user), uid)
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -15,6 +13,23 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
+// The status of a tree is the front door's (loadcmd.Tree), shared with
+// Python's status().
+type (
+	statusTree   = loadcmd.Tree
+	statusLayer  = loadcmd.TreeLayer
+	statusChange = loadcmd.TreeChange
+)
+
+const (
+	stateInstalled  = loadcmd.StateInstalled
+	stateNotKbundle = loadcmd.StateNotKbundle
+	stateUnreadable = loadcmd.StateUnreadable
+)
+
+// collectStatus is loadcmd.Status with this process's environment.
+func collectStatus(dests []string) ([]statusTree, int64) { return loadcmd.Status(dests, os.Getenv) }
+
 // statusJSON is `kbundle status --json`; fields are only ever added.
 // When a DEST is not a tree kbundle installed, or cannot be read (exit
 // 1), ok is false and the failure's fields say so: status reports what
@@ -22,54 +37,6 @@ import (
 type statusJSON struct {
 	jsonHead
 	Trees []statusTree `json:"trees"`
-}
-
-// Tree states in `kbundle status`.
-const (
-	stateInstalled   = "installed"    // a record, read: the fields below are filled
-	stateMissing     = "missing"      // DEST does not exist: nothing installed
-	stateOldMarker   = "old_marker"   // installed by an older kbundle, without a record
-	stateNewerRecord = "newer_record" // a record of a version this kbundle does not read
-	stateNotKbundle  = "not_kbundle"  // not a tree kbundle installed (or not yours)
-	stateUnreadable  = "unreadable"   // the record or the tree could not be read
-)
-
-// statusTree is one DEST in `kbundle status --json`.
-type statusTree struct {
-	Dest  string `json:"dest"`
-	State string `json:"state"`
-	// Reason says why a tree is not "installed" ("" when it is).
-	Reason string `json:"reason,omitempty"`
-	// From the install record (state "installed").
-	RecordedDest  string        `json:"recorded_dest,omitempty"`
-	ContentDigest string        `json:"content_digest,omitempty"`
-	Layers        []statusLayer `json:"layers,omitempty"`
-	Installed     string        `json:"installed,omitempty"`
-	Job           string        `json:"job,omitempty"`
-	Host          string        `json:"host,omitempty"`
-	Presets       []string      `json:"presets,omitempty"`
-	Env           []string      `json:"env,omitempty"`
-	Entries       int           `json:"entries"`
-	Files         int           `json:"files"`
-	Dirs          int           `json:"dirs"`
-	Bytes         int64         `json:"bytes"`
-	Tree          *statusChange `json:"tree,omitempty"`
-	RawBytes      int64         `json:"raw_bytes"` // Bytes, under its canonical name
-}
-
-// statusLayer is one bundle of an installed set, as its install record
-// names it, with its whole-file digest under the canonical name too.
-type statusLayer struct {
-	bundle.RecordLayer
-	FileDigest string `json:"file_digest"`
-}
-
-// statusChange is how the tree differs from its record, counted.
-type statusChange struct {
-	Unchanged bool `json:"unchanged"`
-	New       int  `json:"new"`
-	Changed   int  `json:"changed"`
-	Missing   int  `json:"missing"`
 }
 
 func init() {
@@ -131,109 +98,6 @@ func statusAction(c *cli.Context) error {
 		return cli.Exit("", exitError)
 	}
 	return nil
-}
-
-// collectStatus is the status of each DEST, or without DEST of every
-// tree of yours named like the default DEST (directories kbundle did not
-// install are left out then), and how many are not kbundle's or could
-// not be read.
-func collectStatus(dests []string) ([]statusTree, int64) {
-	scanned := len(dests) == 0
-	if scanned {
-		var err error
-		if dests, err = mineTrees(loadcmd.UserName(), os.Geteuid()); err != nil {
-			return []statusTree{{Dest: minePrefix(loadcmd.UserName()) + "*", State: stateUnreadable, Reason: err.Error()}}, 1
-		}
-	}
-	trees := []statusTree{}
-	var bad int64
-	for _, d := range dests {
-		t := treeStatus(d)
-		if t.State == stateNotKbundle || t.State == stateUnreadable {
-			if scanned && t.State == stateNotKbundle {
-				continue // a directory of yours named so, that kbundle did not install
-			}
-			bad++
-		}
-		trees = append(trees, t)
-	}
-	return trees, bad
-}
-
-// treeStatus reads what is installed at dest.
-func treeStatus(dest string) statusTree {
-	t := statusTree{Dest: dest}
-	if abs, err := filepath.Abs(dest); err == nil {
-		dest = abs
-	}
-	fi, err := os.Lstat(dest)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		t.State, t.Reason = stateMissing, "nothing installed (it does not exist)"
-		return t
-	case err != nil:
-		t.State, t.Reason = stateUnreadable, err.Error()
-		return t
-	case fi.Mode()&os.ModeSymlink != 0:
-		t.State, t.Reason = stateNotKbundle, "it is a symlink, which kbundle does not follow; give the directory it points to"
-		return t
-	case !fi.IsDir():
-		t.State, t.Reason = stateNotKbundle, "it is not a directory"
-		return t
-	}
-	rec, err := bundle.ReadInstallRecord(dest)
-	switch {
-	case errors.Is(err, bundle.ErrOldMarker):
-		t.State, t.Reason = stateOldMarker, "installed by an older kbundle, which wrote no record of the tree"
-		return t
-	case errors.Is(err, bundle.ErrNoRecord):
-		var e *bundle.Error
-		t.State, t.Reason = stateNotKbundle, err.Error()
-		if errors.As(err, &e) {
-			t.Reason = "not a tree kbundle installed: " + e.Msg
-		}
-		return t
-	case errors.Is(err, bundle.ErrVersion):
-		t.State, t.Reason = stateNewerRecord, "installed by a newer kbundle: "+err.Error()
-		return t
-	case err != nil:
-		t.State, t.Reason = stateUnreadable, "cannot read its install record: "+err.Error()
-		return t
-	}
-	t.State = stateInstalled
-	if rec.Dest != dest {
-		t.RecordedDest = rec.Dest
-	}
-	t.ContentDigest = rec.ContentDigest
-	for _, l := range rec.Layers {
-		t.Layers = append(t.Layers, statusLayer{RecordLayer: l, FileDigest: l.Digest})
-	}
-	t.Installed, t.Job, t.Host, t.Presets = rec.Installed, rec.Job, rec.Host, rec.Presets
-	for i := range rec.Entries {
-		if rec.Entries[i].Kind == bundle.KindDir {
-			t.Dirs++
-		} else {
-			t.Files++
-			t.Bytes += rec.Entries[i].Size
-		}
-	}
-	t.Entries, t.RawBytes = t.Files+t.Dirs, t.Bytes
-	var presets []*warmup.Preset
-	for _, n := range rec.Presets {
-		if p, err := warmup.Lookup(n); err == nil {
-			presets = append(presets, p)
-		}
-	}
-	if len(presets) == len(rec.Presets) {
-		t.Env, _ = warmup.EnvFor(dest, presets...)
-	}
-	ch, err := bundle.CompareTree(dest, rec)
-	if err != nil {
-		t.State, t.Reason = stateUnreadable, err.Error()
-		return t
-	}
-	t.Tree = &statusChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
-	return t
 }
 
 // printStatus prints one tree's status for people.

@@ -12,6 +12,7 @@
 //
 //	char *kbundle_load(long long comm, const char *request);
 //	char *kbundle_harvest(long long comm, const char *request);
+//	char *kbundle_status(const char *request);
 //	char *kbundle_mpi_family(void);
 //	void  kbundle_free(char *s);
 //
@@ -19,7 +20,9 @@
 // is comm (mpi4py: comm.py2f()); request and the result are JSON objects
 // (loadcmd.Request and loadcmd.Outcome). kbundle_harvest is `kbundle
 // harvest` in the same way, under the same rules (loadcmd.HarvestRequest
-// and loadcmd.HarvestOutcome). kbundle_mpi_family names the MPI the
+// and loadcmd.HarvestOutcome). kbundle_status is `kbundle status --json`
+// on this node, not collective, making no MPI call (loadcmd.StatusRequest
+// and loadcmd.StatusAnswer). kbundle_mpi_family names the MPI the
 // library was built for ("openmpi" or "mpich"), making no MPI call: the
 // caller checks it against the program's MPI before kbundle_load, since a
 // library built for another MPI has its MPI calls bound to the program's

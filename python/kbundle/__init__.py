@@ -19,6 +19,9 @@ layer of the set, written by rank 0::
 
     res = harvest(MPI.COMM_WORLD)
 
+:func:`status` says what kbundle installed on this node, and whether it
+changed since, as ``kbundle status`` does.
+
 See docs/python.md.
 """
 
@@ -33,6 +36,7 @@ from ._errors import (
 )
 from ._harvest import HarvestNode, HarvestResult, harvest
 from ._load import LoadResult, load_bundle, mpi_library
+from ._status import TreeStatus, status
 
 __all__ = [
     "BundleUnusableError",
@@ -45,9 +49,11 @@ __all__ = [
     "KbundleWarning",
     "LoadFailedError",
     "LoadResult",
+    "TreeStatus",
     "harvest",
     "load_bundle",
     "mpi_library",
+    "status",
 ]
 
 __version__ = "0.1.0"

@@ -61,6 +61,10 @@ _SYMBOLS = ("kbundle_load", "kbundle_mpi_family", "kbundle_free")
 #: library built before them still loads for load_bundle.
 _LATER = ("kbundle_harvest",)
 
+#: Functions of newer libkbundles that take only a request (not
+#: collective, no MPI call): char *name(const char *request).
+_LOCAL = ("kbundle_status",)
+
 
 def library(version: str) -> ctypes.CDLL:
     """Loads (once per process) the libkbundle for the MPI whose
@@ -93,6 +97,9 @@ def library(version: str) -> ctypes.CDLL:
             ) from e
         for f in [load] + [getattr(lib, n) for n in _LATER if hasattr(lib, n)]:
             f.argtypes = [ctypes.c_longlong, ctypes.c_char_p]
+            f.restype = ctypes.c_void_p
+        for f in [getattr(lib, n) for n in _LOCAL if hasattr(lib, n)]:
+            f.argtypes = [ctypes.c_char_p]
             f.restype = ctypes.c_void_p
         mpi_family.argtypes = []
         mpi_family.restype = ctypes.c_void_p
@@ -196,6 +203,13 @@ def _trusted_ids() -> Tuple[Set[int], Set[int]]:
             except KeyError:
                 raise KbundleUsageError("usage", f"{env}: {n!r} is not a known name or a number") from None
     return out
+
+
+def local_function(lib: ctypes.CDLL, name: str) -> Callable[[bytes], Optional[int]]:
+    """The local entry name of lib (kbundle_status):
+    char *name(const char *request)."""
+    fn: Callable[[bytes], Optional[int]] = function(lib, name)  # type: ignore[assignment]
+    return fn
 
 
 def function(lib: ctypes.CDLL, name: str) -> Callable[[int, bytes], Optional[int]]:

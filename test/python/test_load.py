@@ -325,3 +325,24 @@ def test_sub_communicator() -> None:
     finally:
         sub.Free()
     assert COMM.allreduce(1) == SIZE  # the world still works
+
+
+def test_status() -> None:
+    # status(): what the load installed on this node, read from its
+    # install record, as `kbundle status` reads it; local, not collective.
+    res = load_bundle(COMM, bundle=BUNDLE, dest=dest_for("status"))
+    assert res.ok
+    COMM.Barrier()
+    (t,) = kbundle.status(res.dest)
+    assert t.state == "installed" and t.ok and t.unchanged
+    assert t.content_digest == res.content_digest and t.entries == res.entries
+    assert t.layers and t.layers[0]["path"] == str(BUNDLE)
+    COMM.Barrier()
+    if res.leader:
+        with open(os.path.join(res.dest, "compiled.bin"), "wb") as f:
+            f.write(b"compiled by the job")
+        (t,) = kbundle.status(res.dest)
+        assert t.state == "installed" and not t.ok and (t.new, t.changed, t.missing) == (1, 0, 0)
+    (m,) = kbundle.status(dest_for("status-never"))
+    assert m.state == "missing" and "nothing installed" in m.reason
+    COMM.Barrier()

@@ -1,0 +1,259 @@
+package loadcmd
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/warmup"
+)
+
+// Tree states in `kbundle status`.
+const (
+	StateInstalled   = "installed"    // a record, read: the fields below are filled
+	StateMissing     = "missing"      // DEST does not exist: nothing installed
+	StateOldMarker   = "old_marker"   // installed by an older kbundle, without a record
+	StateNewerRecord = "newer_record" // a record of a version this kbundle does not read
+	StateNotKbundle  = "not_kbundle"  // not a tree kbundle installed (or not yours)
+	StateUnreadable  = "unreadable"   // the record or the tree could not be read
+)
+
+// A Tree is one DEST as `kbundle status` and Python's status() report it
+// (its --json form); fields are only ever added.
+type Tree struct {
+	Dest  string `json:"dest"`
+	State string `json:"state"`
+	// Reason says why a tree is not "installed" ("" when it is).
+	Reason string `json:"reason,omitempty"`
+	// From the install record (state "installed").
+	RecordedDest  string      `json:"recorded_dest,omitempty"`
+	ContentDigest string      `json:"content_digest,omitempty"`
+	Layers        []TreeLayer `json:"layers,omitempty"`
+	Installed     string      `json:"installed,omitempty"`
+	Job           string      `json:"job,omitempty"`
+	Host          string      `json:"host,omitempty"`
+	Presets       []string    `json:"presets,omitempty"`
+	Env           []string    `json:"env,omitempty"`
+	Entries       int         `json:"entries"`
+	Files         int         `json:"files"`
+	Dirs          int         `json:"dirs"`
+	Bytes         int64       `json:"bytes"`
+	Tree          *TreeChange `json:"tree,omitempty"`
+	RawBytes      int64       `json:"raw_bytes"` // Bytes, under its canonical name
+}
+
+// TreeLayer is one bundle of an installed set, as its install record
+// names it, with its whole-file digest under the canonical name too.
+type TreeLayer struct {
+	bundle.RecordLayer
+	FileDigest string `json:"file_digest"`
+}
+
+// TreeChange is how the tree differs from its record, counted.
+type TreeChange struct {
+	Unchanged bool `json:"unchanged"`
+	New       int  `json:"new"`
+	Changed   int  `json:"changed"`
+	Missing   int  `json:"missing"`
+}
+
+// Status is the status of each DEST, or without DEST of every
+// tree of yours named like the default DEST (directories kbundle did not
+// install are left out then), and how many are not kbundle's or could
+// not be read.
+func Status(dests []string, getenv func(string) string) ([]Tree, int64) {
+	scanned := len(dests) == 0
+	if scanned {
+		var err error
+		if dests, err = MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
+			return []Tree{{Dest: MinePrefix(getenv("TMPDIR"), UserName()) + "*", State: StateUnreadable, Reason: err.Error()}}, 1
+		}
+	}
+	trees := []Tree{}
+	var bad int64
+	for _, d := range dests {
+		t := TreeStatus(d)
+		if t.State == StateNotKbundle || t.State == StateUnreadable {
+			if scanned && t.State == StateNotKbundle {
+				continue // a directory of yours named so, that kbundle did not install
+			}
+			bad++
+		}
+		trees = append(trees, t)
+	}
+	return trees, bad
+}
+
+// TreeStatus reads what is installed at dest.
+func TreeStatus(dest string) Tree {
+	t := Tree{Dest: dest}
+	if abs, err := filepath.Abs(dest); err == nil {
+		dest = abs
+	}
+	fi, err := os.Lstat(dest)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		t.State, t.Reason = StateMissing, "nothing installed (it does not exist)"
+		return t
+	case err != nil:
+		t.State, t.Reason = StateUnreadable, err.Error()
+		return t
+	case fi.Mode()&os.ModeSymlink != 0:
+		t.State, t.Reason = StateNotKbundle, "it is a symlink, which kbundle does not follow; give the directory it points to"
+		return t
+	case !fi.IsDir():
+		t.State, t.Reason = StateNotKbundle, "it is not a directory"
+		return t
+	}
+	rec, err := bundle.ReadInstallRecord(dest)
+	switch {
+	case errors.Is(err, bundle.ErrOldMarker):
+		t.State, t.Reason = StateOldMarker, "installed by an older kbundle, which wrote no record of the tree"
+		return t
+	case errors.Is(err, bundle.ErrNoRecord):
+		var e *bundle.Error
+		t.State, t.Reason = StateNotKbundle, err.Error()
+		if errors.As(err, &e) {
+			t.Reason = "not a tree kbundle installed: " + e.Msg
+		}
+		return t
+	case errors.Is(err, bundle.ErrVersion):
+		t.State, t.Reason = StateNewerRecord, "installed by a newer kbundle: "+err.Error()
+		return t
+	case err != nil:
+		t.State, t.Reason = StateUnreadable, "cannot read its install record: "+err.Error()
+		return t
+	}
+	t.State = StateInstalled
+	if rec.Dest != dest {
+		t.RecordedDest = rec.Dest
+	}
+	t.ContentDigest = rec.ContentDigest
+	for _, l := range rec.Layers {
+		t.Layers = append(t.Layers, TreeLayer{RecordLayer: l, FileDigest: l.Digest})
+	}
+	t.Installed, t.Job, t.Host, t.Presets = rec.Installed, rec.Job, rec.Host, rec.Presets
+	for i := range rec.Entries {
+		if rec.Entries[i].Kind == bundle.KindDir {
+			t.Dirs++
+		} else {
+			t.Files++
+			t.Bytes += rec.Entries[i].Size
+		}
+	}
+	t.Entries, t.RawBytes = t.Files+t.Dirs, t.Bytes
+	var presets []*warmup.Preset
+	for _, n := range rec.Presets {
+		if p, err := warmup.Lookup(n); err == nil {
+			presets = append(presets, p)
+		}
+	}
+	if len(presets) == len(rec.Presets) {
+		t.Env, _ = warmup.EnvFor(dest, presets...)
+	}
+	ch, err := bundle.CompareTree(dest, rec)
+	if err != nil {
+		t.State, t.Reason = StateUnreadable, err.Error()
+		return t
+	}
+	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	return t
+}
+
+// maxMine bounds how many directory entries minePrefix reads: /tmp is
+// shared, and other users' entries must not make status or clean long.
+const maxMine = 1 << 16
+
+// MinePrefix is the pattern of the default DEST's siblings of user under
+// tmp ($TMPDIR, "": /tmp): every default DEST of theirs, of any job, is
+// named so (load.Dest).
+func MinePrefix(tmp, user string) string {
+	return load.DestPrefix(tmp, user)
+}
+
+// MineTrees lists the trees named prefix* (MinePrefix) that are
+// directories of uid (not symlinks), sorted: the trees `kbundle status`
+// shows and `kbundle clean --all-mine` considers without a DEST. Whether
+// kbundle installed each is for the caller to check. A parent that does
+// not exist holds none.
+func MineTrees(prefix string, uid int) ([]string, error) {
+	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
+	f, err := os.Open(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	for read := 0; read < maxMine; {
+		names, err := f.Readdirnames(1024)
+		read += len(names)
+		for _, n := range names {
+			if !strings.HasPrefix(n, base) {
+				continue
+			}
+			p := filepath.Join(dir, n)
+			fi, err := os.Lstat(p)
+			if err != nil || !fi.IsDir() {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
+				out = append(out, p)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// A StatusRequest is kbundle_status's JSON argument: the DESTs (none:
+// the default DEST's siblings under Environ's TMPDIR) and the caller's
+// environment.
+type StatusRequest struct {
+	Dests   []string          `json:"dests"`
+	Environ map[string]string `json:"environ"`
+}
+
+// A StatusAnswer is kbundle_status's answer: `kbundle status --json`'s
+// object on this node.
+type StatusAnswer struct {
+	SchemaVersion int    `json:"schema_version"`
+	OK            bool   `json:"ok"`
+	Kind          Kind   `json:"kind,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	Trees         []Tree `json:"trees"`
+}
+
+// StatusOf answers a StatusRequest (JSON): the status of each tree on
+// this node, as `kbundle status` reads it; ok is false, with the reasons,
+// when a DEST is not a tree kbundle installed or cannot be read. It makes
+// no MPI call.
+func StatusOf(req []byte) StatusAnswer {
+	var r StatusRequest
+	if err := json.Unmarshal(req, &r); err != nil {
+		return StatusAnswer{SchemaVersion: SchemaVersion, Kind: Usage, Reason: "status: bad request: " + err.Error(), Trees: []Tree{}}
+	}
+	trees, _ := Status(r.Dests, func(k string) string { return r.Environ[k] })
+	a := StatusAnswer{SchemaVersion: SchemaVersion, OK: true, Trees: trees}
+	var bad []string
+	for _, t := range trees {
+		if t.State == StateNotKbundle || t.State == StateUnreadable {
+			bad = append(bad, t.Dest+": "+t.Reason)
+		}
+	}
+	if len(bad) > 0 {
+		a.OK, a.Kind, a.Reason = false, Failed, strings.Join(bad, "\n")
+	}
+	return a
+}
