@@ -267,10 +267,13 @@ func (c *cluster) onArgv(node string, argv ...string) []string {
 }
 
 // hostList is "kbn1:2,kbn2:2,kbn3:2".
-func (c *cluster) hostList() string {
+func (c *cluster) hostList() string { return c.hostListOf(perNode) }
+
+// hostListOf is the nodes with per slots each.
+func (c *cluster) hostListOf(per int) string {
 	var h []string
 	for _, n := range c.nodes {
-		h = append(h, fmt.Sprintf("%s:%d", n, perNode))
+		h = append(h, fmt.Sprintf("%s:%d", n, per))
 	}
 	return strings.Join(h, ",")
 }
@@ -296,6 +299,11 @@ func (c *cluster) argv(l launch, argv ...string) []string {
 // argvKeep is argv; with keep, Open MPI's mpirun lets every rank end on
 // its own after one exits non-zero (to check every rank's exit status).
 func (c *cluster) argvKeep(l launch, keep bool, argv ...string) []string {
+	return c.argvShape(l, keep, perNode, argv...)
+}
+
+// argvShape is argvKeep for per ranks on each node.
+func (c *cluster) argvShape(l launch, keep bool, per int, argv ...string) []string {
 	if keep && !l.srun && l.v == testutil.OpenMPI {
 		argv = append([]string{"--mca", "orte_abort_on_non_zero_status", "0"}, argv...)
 	}
@@ -306,19 +314,19 @@ func (c *cluster) argvKeep(l launch, keep bool, argv ...string) []string {
 		if l.v == testutil.MPICH {
 			mpi = "pmi2"
 		}
-		a := []string{"env", "SLURM_CONF=" + c.conf, "srun", "-N", strconv.Itoa(numNodes), "-n", strconv.Itoa(np),
-			"--ntasks-per-node=" + strconv.Itoa(perNode), "-O", "--mpi=" + mpi, "--kill-on-bad-exit=0"}
+		a := []string{"env", "SLURM_CONF=" + c.conf, "srun", "-N", strconv.Itoa(numNodes), "-n", strconv.Itoa(numNodes * per),
+			"--ntasks-per-node=" + strconv.Itoa(per), "-O", "--mpi=" + mpi, "--kill-on-bad-exit=0"}
 		return c.onArgv("kbctl", append(a, argv...)...)
 	case l.v == testutil.OpenMPI:
 		a := []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe",
 			"--mca", "plm_rsh_agent", agent,
 			"--mca", "oob_tcp_if_include", subnet, "--mca", "btl_tcp_if_include", subnet,
 			"--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism", "none",
-			"--host", c.hostList(), "-np", strconv.Itoa(np)}
+			"--host", c.hostListOf(per), "-np", strconv.Itoa(numNodes * per)}
 		return append(a, argv...)
 	default:
 		a := []string{"mpiexec.hydra", "-launcher", "rsh", "-launcher-exec", agent, "-iface", bridge,
-			"-hosts", c.hostList(), "-n", strconv.Itoa(np)}
+			"-hosts", c.hostListOf(per), "-n", strconv.Itoa(numNodes * per)}
 		return append(a, argv...)
 	}
 }

@@ -44,11 +44,20 @@ def make(i):
     return jax.jit(f)
 
 
+# KBUNDLE_TEST_NEW_SHAPES=1: "new shapes", the first half of the
+# functions called on a 16x16 input too (test/cluster's harvest loop).
+NEW_SHAPES = os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1"
+
+
 def main():
     x = jnp.arange(64.0).reshape(8, 8) / 64.0
+    x16 = jnp.arange(256.0).reshape(16, 16) / 256.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = [float(make(i)(x)) for i in range(NFUNCS)]
+        fs = [make(i) for i in range(NFUNCS)]
+        results = [float(f(x)) for f in fs]
+        if NEW_SHAPES:
+            results += [float(f(x16)) for f in fs[: NFUNCS // 2]]
     rejected = [str(w.message)[:300] for w in caught
                 if "persistent compilation cache" in str(w.message)]
     emit({
