@@ -159,7 +159,7 @@ func Warnings(sum *load.Summary) []string {
 		w = append(w, fmt.Sprintf("warning: %s belongs to another user on %s (made in advance, as if to deny this load); "+
 			"loaded into %s instead (the presets' variables point there)", Safe(sum.Taken), nodes, Safe(sum.Dest)))
 	}
-	if len(sum.EmptyPresets) > 0 {
+	if len(sum.EmptyPresets) > 0 && !sum.Missing { // an empty cache has nothing for any preset
 		w = append(w, fmt.Sprintf("warning: the bundle has nothing for preset %s: its variables point at an empty directory",
 			strings.Join(sum.EmptyPresets, ", ")))
 	}
