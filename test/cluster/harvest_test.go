@@ -292,3 +292,101 @@ func harvestLoop(t *testing.T, c *cluster, fw loopFramework, l launch) {
 	allHits(ranks)
 	c.noStrays(t, kb, 10e9)
 }
+
+// tritonHash is a Triton cache key (base32 of SHA-256) no generated
+// kernel has: the kernel every node compiles in TestHarvestTritonRelocated.
+const tritonHash = "ZZNEWKERNEL2345672345672345672345672345672345672345"
+
+// TestHarvestTritonRelocated: a Triton cache on 3 nodes loaded into a
+// different DEST on each (DEST/kbnN), so that load rewrote every group
+// file with that node's path. Harvest undoes the relocation first: no
+// unchanged kernel is "changed", and the kernel every node compiled (the
+// same bytes once its node's path is undone) is written once, its group
+// file naming the set's origin, not a node's DEST; a later load into yet
+// another DEST relocates it there.
+func TestHarvestTritonRelocated(t *testing.T) {
+	c := needCluster(t)
+	l := mpiLaunches[0]
+	kb := c.kbundle(t, l.v)
+	base, err := os.MkdirTemp(tmpRoot, "triton-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(base, 0o755)
+	origin := filepath.Join(base, "cache")
+	if out, err := exec.Command("go", "run", filepath.Join(testutil.RepoRoot(), "internal", "cmd", "gencache"),
+		"-kernels", "20", "-scale", "0.05", filepath.Join(origin, "triton")).CombinedOutput(); err != nil {
+		t.Fatalf("gencache: %v\n%s", err, out)
+	}
+	store := filepath.Join(base, "store")
+	os.Mkdir(store, 0o700)
+	set := filepath.Join(store, "cache.kbundle")
+	if r := run(t, nil, kb, "pack", "--dir", origin, "--preset", "triton", "-o", set); r.code != 0 {
+		t.Fatalf("pack: %s", r)
+	}
+	parent := c.localDir(t)
+	// Each node's DEST is parent/JOB/HOST: the same command, another path.
+	perHost := func(job string, argv ...string) []string {
+		return append([]string{"sh", "-c", `d="$1/$(hostname)"; shift; exec "$@" --to "$d"`, "sh", filepath.Join(parent, job)}, argv...)
+	}
+	if r := run(t, nil, c.argvShape(l, true, 1, perHost("j1", kb, "load", "-q", "--parents", "--bundle", set)...)...); r.code != 0 {
+		t.Fatalf("load: %s", r)
+	}
+	for _, n := range c.nodes {
+		dest := filepath.Join(parent, "j1", n)
+		b, err := os.ReadFile(firstGroupFile(t, c.root(n, filepath.Join(dest, "triton"))))
+		if err != nil || !strings.Contains(string(b), `"`+dest+`/triton/`) {
+			t.Fatalf("%s: the group file does not name its DEST %s: %v\n%s", n, dest, err, b)
+		}
+		// The job compiles one kernel on every node, as Triton writes it.
+		k := c.root(n, filepath.Join(dest, "triton", tritonHash))
+		if err := os.Mkdir(k, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(k, "k.cubin"), []byte("cubin of the new kernel"), 0o644)
+		grp := fmt.Sprintf(`{"child_paths": {"k.cubin": "%s/triton/%s/k.cubin"}}`, dest, tritonHash)
+		os.WriteFile(filepath.Join(k, "__grp__k.json"), []byte(grp), 0o644)
+	}
+	r := run(t, nil, c.argvShape(l, true, 1, perHost("j1", kb, "harvest", "--bundle", set)...)...)
+	if r.code != 0 || !strings.Contains(r.stderr, "kbundle: kbn[1-3]: compiled 2 entries (") || !strings.Contains(r.stderr, "; 2 also on other nodes") {
+		t.Fatalf("harvest: want every node to have compiled the same 2 entries, unchanged kernels not counted\n%s", r)
+	}
+	ls, _ := bundle.ListLayers(set, 0)
+	if len(ls) != 1 {
+		t.Fatalf("layers %v, want one", ls)
+	}
+	lr, err := bundle.Open(ls[0].Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range lr.Entries() {
+		if !e.Dir {
+			files = append(files, e.Name)
+		}
+	}
+	grp, err := lr.ReadEntry("triton/" + tritonHash + "/__grp__k.json")
+	lr.Close()
+	if len(files) != 2 || err != nil || !strings.Contains(string(grp), `"`+origin+`/triton/`+tritonHash+`/k.cubin"`) {
+		t.Fatalf("layer files %v; its group file %s (%v): want the new kernel's 2 files, naming the origin %s", files, grp, err, origin)
+	}
+	if r := run(t, nil, c.argvShape(l, true, 1, perHost("j2", kb, "load", "-q", "--parents", "--bundle", set)...)...); r.code != 0 {
+		t.Fatalf("second load: %s", r)
+	}
+	n := c.nodes[1]
+	dest := filepath.Join(parent, "j2", n)
+	b, err := os.ReadFile(c.root(n, filepath.Join(dest, "triton", tritonHash, "__grp__k.json")))
+	if err != nil || !strings.Contains(string(b), `"`+dest+`/triton/`+tritonHash+`/k.cubin"`) {
+		t.Errorf("%s: the harvested group file, loaded again, does not name DEST %s: %v\n%s", n, dest, err, b)
+	}
+}
+
+// firstGroupFile is a Triton group file under dir.
+func firstGroupFile(t *testing.T, dir string) string {
+	t.Helper()
+	m, _ := filepath.Glob(filepath.Join(dir, "*", "__grp__*.json"))
+	if len(m) == 0 {
+		t.Fatalf("no group file under %s", dir)
+	}
+	return m[0]
+}
