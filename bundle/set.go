@@ -232,6 +232,11 @@ func (s *OpenedSet) ContentDigest(unit func(string) string) Digest {
 type LayerOptions struct {
 	Writer WriterOptions
 	Trust  *TrustPolicy // for the trust check of the result (reported)
+	// Failpoint, when not nil, is called by WriteLayer at two steps, for
+	// tests that kill the writer there: "written" (the temporary complete
+	// and fsynced, not yet linked) and "published" (linked to its name,
+	// the temporary's name not yet removed).
+	Failpoint func(step string)
 }
 
 // A Published says where WriteLayer or MergeSet put a bundle.
@@ -280,6 +285,7 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err != nil {
 		return nil, err
 	}
+	opt.failpoint("written")
 	content := ContentDigestOf(sortedEntries(w))
 	p := &Published{Digest: w.Digest(), Content: content, Entries: len(w.entries), Size: fi.Size()}
 	if err := linkTemp(tmp.Name(), path); err == nil {
@@ -292,16 +298,42 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err := syncDir(filepath.Dir(p.Path)); err != nil {
 		return nil, err
 	}
+	opt.failpoint("published")
 	p.Untrusted = CheckTrust(p.Path, opt.Trust)
 	return p, nil
 }
 
+func (o *LayerOptions) failpoint(step string) {
+	if o.Failpoint != nil {
+		o.Failpoint(step)
+	}
+}
+
 // linkLayer links tmp as the next free layer of the set at path.
+//
+// A layer's name holds its content digest, so link(2) to it fails only
+// for a writer of the same content: the number itself is taken first,
+// with an empty claim file, claimName, linked from a temporary of ours
+// (exclusive whatever the contents). A number whose claim exists is
+// taken, whether its layer is there yet or not (its writer may have been
+// killed in between: the number is skipped).
 func linkLayer(tmp, path string, content Digest) (string, int, error) {
 	dir := LayerDir(path)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := mkLayerDir(dir, filepath.Dir(path)); err != nil {
 		return "", 0, fmt.Errorf("cannot make %s: %w", dir, err)
 	}
+	claim, err := newTempFile(filepath.Dir(path))
+	if err != nil {
+		return "", 0, fmt.Errorf("cannot publish a layer of %s: %w", path, err)
+	}
+	defer func() {
+		dropTemp(claim.Name()) // the claims it was linked to stay
+		claim.Close()
+	}()
+	// next is one above the number last found taken: a listing of a
+	// network file system may be older than the link that failed (sshfs
+	// caches directories for 20 s), and must not make us try it again.
+	next := 1
 	for try := 0; try < 100; try++ {
 		all, err := ListLayers(path, 0)
 		if err != nil {
@@ -311,9 +343,9 @@ func linkLayer(tmp, path string, content Digest) (string, int, error) {
 		if countAbove(all, folded) >= MaxLayers {
 			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("the set has %d layers already (limit %d); run kbundle merge %s", MaxLayers, MaxLayers, path)}
 		}
-		seq := 1
+		seq := next
 		if len(all) > 0 {
-			seq = all[len(all)-1].Seq + 1
+			seq = max(seq, all[len(all)-1].Seq+1)
 		}
 		if seq <= folded {
 			seq = folded + 1
@@ -321,16 +353,60 @@ func linkLayer(tmp, path string, content Digest) (string, int, error) {
 		if seq > 999999 {
 			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: "layer numbers exhausted"}
 		}
+		if layerListed != nil {
+			layerListed()
+		}
+		next = seq + 1
+		if err := linkTemp(claim.Name(), claimName(dir, seq)); errors.Is(err, fs.ErrExist) {
+			continue // another writer's number
+		} else if err != nil {
+			return "", 0, fmt.Errorf("cannot publish a layer in %s: %w", dir, err)
+		}
 		name := filepath.Join(dir, fmt.Sprintf("%06d-%s.kbundle", seq, content.String()[:16]))
 		err = linkTemp(tmp, name)
 		if err == nil {
 			return name, seq, nil
 		}
-		if !errors.Is(err, fs.ErrExist) {
+		if !errors.Is(err, fs.ErrExist) { // else a layer of that number without its claim
 			return "", 0, fmt.Errorf("cannot publish %s: %w", name, err)
 		}
 	}
 	return "", 0, fmt.Errorf("cannot publish a layer in %s: every number tried was taken", dir)
+}
+
+// claimName is the claim of layer number seq in the layer directory dir.
+func claimName(dir string, seq int) string {
+	return filepath.Join(dir, fmt.Sprintf(".%06d.claim", seq))
+}
+
+// claimRe is a claim's name (claimName).
+var claimRe = regexp.MustCompile(`^\.([0-9]{6})\.claim$`)
+
+// layerListed, when not nil, is called by linkLayer between its listing
+// and its links: a test hook (another writer publishes in between).
+var layerListed func()
+
+// mkLayerDir makes a set's layer directory (none there yet), 0755, or
+// 0775 when the set's directory parent lets its group write (a group's
+// shared set: the other members add their layers too), keeping a setgid
+// bit the directory got from parent.
+func mkLayerDir(dir, parent string) error {
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pfi, err := os.Stat(parent)
+	if err != nil || pfi.Mode().Perm()&0o020 == 0 {
+		return nil
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o775|fi.Mode()&fs.ModeSetgid)
 }
 
 func countAbove(ls []SetLayer, folded int) int {
@@ -600,6 +676,14 @@ func removeFolded(path string, folded int) []string {
 	for _, l := range all {
 		if l.Seq <= folded && os.Remove(l.Path) == nil {
 			out = append(out, l.Path)
+		}
+	}
+	des, _ := os.ReadDir(LayerDir(path))
+	for _, de := range des {
+		if m := claimRe.FindStringSubmatch(de.Name()); m != nil {
+			if n, _ := strconv.Atoi(m[1]); n <= folded {
+				os.Remove(filepath.Join(LayerDir(path), de.Name())) // its layer's number, folded
+			}
 		}
 	}
 	return out

@@ -484,7 +484,9 @@ var staleProbes atomic.Int64
 //     ErrUntrusted;
 //   - the entry's name is .kbundle-tmp-<this host>-<pid>-<random>;
 //   - the entry, looked up without following a symlink, is owned by the
-//     caller and is either a regular file with one link, or a directory
+//     caller and is either a regular file (with one link, or more: a
+//     layer published by link(2) before its writer was killed; only this
+//     name goes, the data stays under the others), or a directory
 //     holding at its top a regular, single-link file .kbundle-temporary
 //     of the caller with kbundle's text;
 //   - that file (or the file itself) is not flock-ed: the process that
@@ -557,9 +559,10 @@ func removeStaleAt(dirfd int, name string, st *unix.Stat_t) (bool, error) {
 	staleProbes.Add(1)
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
-		if st.Nlink != 1 {
-			return false, nil
-		}
+		// Any number of links: a layer published by link(2) shares its
+		// temporary's inode until the temporary's name is removed, and a
+		// process killed in between leaves that name; removing a name of
+		// a file with other names loses no data.
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return false, nil

@@ -147,11 +147,16 @@ func TestRemoveStale(t *testing.T) {
 			os.Link(filepath.Join(p, tempMarker), filepath.Join(p, "second"))
 			return p
 		}, false},
-		{"file with two links", func(t *testing.T, dir string) string {
+		{"file with two links (a layer published, its temporary left)", func(t *testing.T, dir string) string {
 			p := staleFile(t, dir)
 			os.Link(p, filepath.Join(dir, "mine"))
+			t.Cleanup(func() {
+				if _, err := os.Stat(filepath.Join(dir, "mine")); err != nil {
+					t.Errorf("the other name went too: %v", err)
+				}
+			})
 			return p
-		}, false},
+		}, true},
 		{"symlink to a stale tree", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, tag+"6")
 			os.Symlink(staleTree(t, t.TempDir()), p)

@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -70,6 +71,19 @@ type Plan struct {
 	// Meta is more metadata for the layer (rank 0's): the machine and
 	// toolchain of the job that compiled it (docs/FORMAT.md).
 	Meta map[string]string
+	// Failpoint, when not nil, is called at each step of the harvest, for
+	// tests that kill a rank there: "announce" (a leader sent its list;
+	// rank 0 received them all), "transfer" (a leader sent its first
+	// message of file bytes; rank 0 added its first file to the layer),
+	// then on rank 0 bundle.LayerOptions.Failpoint's "written" and
+	// "published".
+	Failpoint func(step string)
+}
+
+func (p *Plan) failpoint(step string) {
+	if p.Failpoint != nil {
+		p.Failpoint(step)
+	}
 }
 
 // DefaultChunk is the size of each message carrying file bytes.
@@ -247,6 +261,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {
 			return nil, commErr("send the list", err)
 		}
+		plan.failpoint("announce")
 		b, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
 		if err != nil {
 			return nil, commErr("receive the choice", err)
@@ -259,12 +274,20 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		if err != nil {
 			return nil, commErr("receive the origin", err)
 		}
+		var once sync.Once
+		sent := func() { once.Do(func() { plan.failpoint("transfer") }) }
 		for _, i := range choice {
-			if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk); err != nil {
+			if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk, sent); err != nil {
 				return nil, err
 			}
 		}
 		return nil, nil
+	}
+	if !plan.DryRun {
+		// What a harvest killed here before left beside the set (a
+		// temporary layer), if it proves stale (bundle.RemoveStale); also
+		// when this one has nothing to write.
+		bundle.RemoveStale(filepath.Dir(plan.Bundle))
 	}
 	lists := []*list{mine}
 	for r := 1; r < group.Size(); r++ {
@@ -283,6 +306,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 		lists = append(lists, l)
 	}
+	plan.failpoint("announce")
 	have, units := setView(plan.Bundle, plan.Trust)
 	sum, choice := choose(lists, have)
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
@@ -320,7 +344,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	var commFail error
 	filled := false
-	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust}, func(w *bundle.Writer) error {
+	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust, Failpoint: plan.Failpoint}, func(w *bundle.Writer) error {
 		for k, v := range plan.Meta {
 			w.SetMeta(k, v)
 		}
@@ -328,6 +352,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
 		var first error
+		moved := false
 		for r, l := range lists {
 			for _, i := range choice[r] {
 				f := l.Files[i]
@@ -342,7 +367,11 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 					}
 				}
 				if err != nil && first == nil {
-					first = fmt.Errorf("%s (rank %d): %s: %w", l.Host, l.First, f.Name, err)
+					first = fileErr(l, f, err)
+				}
+				if first == nil && !moved {
+					moved = true
+					plan.failpoint("transfer")
 				}
 			}
 		}
@@ -366,6 +395,18 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	settle(ctx, plan, sum, lists, choice, uses, now)
 	return outcome(sum, nil), nil
 }
+
+// fileErr is the error of file f of node l: a file whose bytes are not
+// those listed changed between its listing and its sending.
+func fileErr(l *list, f File, err error) error {
+	if errors.Is(err, bundle.ErrChecksum) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, errChanged) {
+		return fmt.Errorf("%s (rank %d): %s changed during the harvest (its bytes are not those listed); nothing was published: run kbundle harvest again once it is complete: %w", l.Host, l.First, f.Name, err)
+	}
+	return fmt.Errorf("%s (rank %d): %s: %w", l.Host, l.First, f.Name, err)
+}
+
+// errChanged: a file is no longer what was listed (its size, kind or owner).
+var errChanged = errors.New("changed since listed")
 
 func outcome(sum *Summary, err error) []byte {
 	v := struct {
@@ -798,11 +839,18 @@ func content(root *os.Root, name, dest, origin string) (io.Reader, int64, func()
 		return nil, 0, nil, err
 	}
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = errors.New("no longer a regular file")
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fmt.Errorf("%w: no longer a regular file", errChanged)
+	}
+	if err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid != uint32(os.Geteuid()) {
+			// Replaced by another user's file since it was listed (a
+			// directory others can write, inside DEST): never shipped.
+			err = fmt.Errorf("%w: now owned by uid %d, not you", errChanged, st.Uid)
 		}
+	}
+	if err != nil {
+		f.Close()
 		return nil, 0, nil, err
 	}
 	if relocated(name) && origin != "" && origin != dest && fi.Size() <= maxRelocated {
@@ -844,7 +892,7 @@ func copyLocal(w *bundle.Writer, dest string, f File, origin string) error {
 	}
 	defer done()
 	if size != f.Size {
-		return fmt.Errorf("changed during the harvest (now %d bytes, %d when listed); run harvest again", size, f.Size)
+		return fmt.Errorf("%w (now %d bytes, %d when listed)", errChanged, size, f.Size)
 	}
 	return w.CopyFile(f.Name, fs.FileMode(f.Mode), time.Unix(0, f.Mtime), f.Size, f.Digest, r)
 }
@@ -859,8 +907,9 @@ func absDest(d string) string {
 }
 
 // sendFile sends exactly f.Size bytes of f (zeros past a file that
-// shrank: rank 0's digest check then fails it), in chunks.
-func sendFile(p P2P, plan Plan, f File, origin string, chunk int) error {
+// shrank or can no longer be read as listed: rank 0's digest check then
+// fails it), in chunks, calling sent after each.
+func sendFile(p P2P, plan Plan, f File, origin string, chunk int, sent func()) error {
 	var r io.Reader = bytes.NewReader(nil)
 	done := func() {}
 	root, err := os.OpenRoot(plan.Dest)
@@ -881,6 +930,7 @@ func sendFile(p P2P, plan Plan, f File, origin string, chunk int) error {
 			return commErr("send "+f.Name, err)
 		}
 		left -= int64(len(b))
+		sent()
 	}
 	return nil
 }

@@ -244,3 +244,25 @@ func TestUnitWholeAndNoRepeat(t *testing.T) {
 		t.Errorf("second harvest of the same DEST wrote %s", again.Layer)
 	}
 }
+
+// The failpoint's steps, in order: a leader announces its list and sends
+// bytes; rank 0 receives the lists, adds a file, writes and publishes.
+func TestFailpointSteps(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 2, map[string]string{"old.bin": "o"})
+	write(t, dest+".node0", "a.bin", "from node 0")
+	write(t, dest+".node1", "b.bin", "from node 1")
+	world := broadcasttest.World(0, 1)
+	steps := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) []string {
+		var got []string
+		plan := Plan{Bundle: set, Dest: dest, Host: "kbn", RanksPerNode: 1, Chunk: 4, Failpoint: func(s string) { got = append(got, s) }}
+		if _, err := Run(context.Background(), c, plan); err != nil {
+			t.Error(err)
+		}
+		return got
+	})
+	if fmt.Sprint(steps) != "[[announce transfer written published] [announce transfer]]" {
+		t.Errorf("steps per rank: %v", steps)
+	}
+}

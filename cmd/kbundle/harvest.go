@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 
 	"github.com/urfave/cli/v2"
@@ -123,6 +125,9 @@ func harvestAction(c *cli.Context) (err error) {
 	if world.Rank() == 0 && !plan.DryRun {
 		plan.Meta = harvestMeta(fakeNodeDest(dest, lp.RanksPerNode, usingMPI))
 	}
+	if plan.Failpoint, err = testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), world.Rank()); err != nil {
+		return l.fail(err.Error(), exitUsage)
+	}
 	sum, err := harvest.Run(c.Context, world, plan)
 	if err != nil {
 		if errors.Is(err, broadcast.ErrComm) || sum == nil {
@@ -167,4 +172,34 @@ func fakeNodeDest(dest string, ranksPerNode int, usingMPI bool) string {
 		return dest + ".node0"
 	}
 	return dest
+}
+
+// testFailpoint is the harvest's failpoint for tests from
+// $KBUNDLE_TEST_FAILPOINT, STEP:RANK or STEP:RANK:stop: world rank RANK
+// kills itself with SIGKILL at STEP (harvest.Plan.Failpoint's steps:
+// announce, transfer, written, published), or with stop sends itself
+// SIGSTOP there (the test changes something, then sends SIGCONT). Empty:
+// none.
+func testFailpoint(v string, rank int) (func(string), error) {
+	if v == "" {
+		return nil, nil
+	}
+	parts := strings.Split(v, ":")
+	r, err := -1, error(nil)
+	if len(parts) == 2 || len(parts) == 3 {
+		r, err = strconv.Atoi(parts[1])
+	}
+	steps := map[string]bool{"announce": true, "transfer": true, "written": true, "published": true}
+	if len(parts) < 2 || len(parts) > 3 || !steps[parts[0]] || err != nil || r < 0 || len(parts) == 3 && parts[2] != "stop" {
+		return nil, fmt.Errorf("KBUNDLE_TEST_FAILPOINT=%q: want STEP:RANK or STEP:RANK:stop, STEP one of announce, transfer, written, published", v)
+	}
+	sig := syscall.SIGKILL
+	if len(parts) == 3 {
+		sig = syscall.SIGSTOP
+	}
+	return func(step string) {
+		if step == parts[0] && rank == r {
+			syscall.Kill(os.Getpid(), sig)
+		}
+	}, nil
 }
