@@ -13,7 +13,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A set is a base bundle at PATH plus delta layers in PATH.d, loaded as
@@ -371,7 +374,7 @@ func linkLayer(tmp, path string, content Digest) (string, int, error) {
 			return "", 0, fmt.Errorf("cannot publish %s: %w", name, err)
 		}
 	}
-	return "", 0, fmt.Errorf("cannot publish a layer in %s: every number tried was taken", dir)
+	return "", 0, fmt.Errorf("cannot publish a layer in %s: every number tried was taken (or its file system refuses hard links)", dir)
 }
 
 // claimName is the claim of layer number seq in the layer directory dir.
@@ -439,7 +442,25 @@ func linkTemp(tmp, dst string) error {
 	if closing || temps[tmp] == nil {
 		return fmt.Errorf("cannot write %s: %w", dst, ErrExiting)
 	}
-	return os.Link(tmp, dst)
+	err := os.Link(tmp, dst)
+	if err != nil && errors.Is(err, syscall.EPERM) && linkTaken(dst) {
+		// sshfs (its hardlink@openssh.com) answers EPERM, not EEXIST,
+		// when the name exists: the SFTP server's failure has no reason.
+		return &os.LinkError{Op: "link", Old: tmp, New: dst, Err: fs.ErrExist}
+	}
+	return err
+}
+
+// linkTaken reports whether a link(2) to dst refused with EPERM means
+// that dst exists: it does, or its directory is one this process may
+// write, where EPERM has no other cause on the file systems kbundle
+// publishes on (a negative lookup cached by a network file system can
+// hide a name another client has just made).
+func linkTaken(dst string) bool {
+	if _, err := os.Lstat(dst); err == nil {
+		return true
+	}
+	return unix.Access(filepath.Dir(dst), unix.W_OK) == nil
 }
 
 // sortedEntries are w's entries as Close wrote them, by name.
