@@ -125,7 +125,7 @@ if [ "${KBUNDLE_SKIP_CLUSTER:-}" != 1 ]; then
 	trap stop_services EXIT
 	up=$(scripts/ci/nscluster-up.sh "$cluster") # fails the build when it fails
 	eval "$up"
-	go test -p 1 -timeout 15m ./test/cluster/...
+	go test -p 1 -timeout 30m ./test/cluster/...
 	# load_bundle from Python on the same cluster (test/python, issue 11)
 	go test -timeout 10m -run '^TestClusterLoad$' ./test/python/
 	scripts/ci/nscluster-down.sh "$cluster"
