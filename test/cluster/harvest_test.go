@@ -390,3 +390,111 @@ func firstGroupFile(t *testing.T, dir string) string {
 	}
 	return m[0]
 }
+
+// TestHarvestNumbaConflict is item 2's conflict on 3 real nodes: after a
+// load, each node gives the first half of the functions a new signature
+// of its own (int32, int16, float32), so each writes its own index
+// (….nbi) and a data file of the same name (….2.nbc) with other bytes.
+// The harvest takes every file of each unit from one node, the lowest
+// rank's (kbn1), never mixing one node's index with another's data, and
+// says so; a job then running kbn1's signature on every node hits.
+func TestHarvestNumbaConflict(t *testing.T) {
+	c := needCluster(t)
+	l := mpiLaunches[0]
+	py := needModule(t, debianPython, "numba", "JIT", "apt-get install python3-numba")
+	kb := c.kbundle(t, l.v)
+	script := workloadOnShared(t, "numba_kernels.py")
+	store, err := os.MkdirTemp(tmpRoot, "set-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(store, 0o700)
+	set := filepath.Join(store, "cache.kbundle")
+	parent := c.localDir(t)
+	launched := func(argv ...string) *result {
+		t.Helper()
+		return run(t, nil, c.argvShape(l, true, 1, argv...)...)
+	}
+	app := func(dest, dtype string) *result {
+		t.Helper()
+		sh := `case $(hostname) in kbn1) d=int32;; kbn2) d=int16;; *) d=float32;; esac; [ -n "$2" ] && d=$2; ` +
+			`NUMBA_CACHE_DIR=$1/numba KBUNDLE_TEST_NEW_SHAPES=$3 KBUNDLE_TEST_EXTRA_DTYPE=$d exec ` + py + ` ` + script
+		shapes := "1"
+		if dtype == "none" {
+			shapes, dtype = "0", ""
+		}
+		r := launched("sh", "-c", sh, "sh", dest, dtype, shapes)
+		if r.code != 0 {
+			t.Fatalf("application: %s", r)
+		}
+		return r
+	}
+	step := func(job string, loadArgs ...string) string {
+		t.Helper()
+		dest := filepath.Join(parent, job)
+		if r := launched(append([]string{kb, "load", "-q", "--bundle", set, "--to", dest}, loadArgs...)...); r.code != 0 {
+			t.Fatalf("%s: load: %s", job, r)
+		}
+		return dest
+	}
+	harvestTo := func(dest string) string {
+		t.Helper()
+		r := launched(kb, "harvest", "--bundle", set, "--to", dest)
+		if r.code != 0 {
+			t.Fatalf("harvest: %s", r)
+		}
+		return r.stderr
+	}
+	// The base: three signatures of every function, the same on every node.
+	d0 := step("j0", "--allow-missing")
+	app(d0, "none")
+	harvestTo(d0)
+	// Each node a fourth signature of its own for f00-f05.
+	d1 := step("j1")
+	app(d1, "")
+	h := harvestTo(d1)
+	if !strings.Contains(h, "kbn1 (rank 0): compiled ") || !strings.Contains(h, "kbn2 (rank 1): compiled ") {
+		t.Errorf("the report does not say what each node compiled:\n%s", h)
+	}
+	ls, _ := bundle.ListLayers(set, 0)
+	if len(ls) != 1 {
+		t.Fatalf("layers %v, want one\n%s", ls, h)
+	}
+	lr, err := bundle.Open(ls[0].Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lr.Close()
+	kbn1, kbn2 := c.filesOn(t, c.nodes[0], d1), c.filesOn(t, c.nodes[1], d1)
+	indexes := 0
+	for _, e := range lr.Entries() {
+		if e.Dir {
+			continue
+		}
+		b, err := lr.ReadEntry(e.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != kbn1[e.Name] {
+			t.Errorf("%s in the layer is not kbn1's (the lowest rank's): a unit mixed from several nodes", e.Name)
+		}
+		if strings.HasSuffix(e.Name, ".nbi") {
+			indexes++
+			if kbn2[e.Name] == string(b) {
+				t.Errorf("%s: kbn2's index is the same as kbn1's: the nodes did not conflict", e.Name)
+			}
+		}
+	}
+	if indexes != 6 {
+		t.Errorf("the layer holds %d indexes, want those of f00-f05", indexes)
+	}
+	// kbn1's signature everywhere: every overload hits on every node.
+	d2 := step("j2")
+	r := app(d2, "int32")
+	for _, line := range strings.Split(r.stdout, "\n") {
+		var nr struct{ Rank, Overloads, Hits, Misses int }
+		if json.Unmarshal([]byte(line), &nr) == nil && nr.Overloads > 0 && (nr.Misses != 0 || nr.Hits != nr.Overloads) {
+			t.Errorf("rank %d with kbn1's signature: %d hits, %d misses of %d", nr.Rank, nr.Hits, nr.Misses, nr.Overloads)
+		}
+	}
+}

@@ -51,8 +51,11 @@ ARGS = [np.int64(3), np.float64(2.5), np.arange(4, dtype=np.float64)]
 # KBUNDLE_TEST_NEW_SHAPES=1: "new shapes", a fourth signature (an int32
 # array) for the first half of the functions only (test/cluster's loop:
 # the harvest's layer must hold those functions' cache units, no others).
+# KBUNDLE_TEST_EXTRA_DTYPE names that array's dtype instead (test/cluster's
+# conflict: every node a dtype of its own, so every node writes its own
+# index and a data file of the same name).
 NEW_SHAPES = os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1"
-EXTRA = np.arange(4, dtype=np.int32)
+EXTRA = np.arange(4, dtype=os.environ.get("KBUNDLE_TEST_EXTRA_DTYPE", "int32"))
 
 
 def main():
