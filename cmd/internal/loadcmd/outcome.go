@@ -44,13 +44,13 @@ type Outcome struct {
 	MismatchKeys  []string `json:"mismatch_keys"`
 	// NodeNotes are, in rank order, the nodes that differ from the
 	// warm-up machine and how (rank 0; the warnings merge them).
-	NodeNotes []load.NodeNote `json:"node_notes"`
-	Presets       []string `json:"presets"`
-	EmptyPresets  []string `json:"empty_presets"` // leaders: named presets the bundle has nothing for
-	Env           []string `json:"env"`
-	HeldBytes     int64    `json:"held_bytes"`
-	Taken         string   `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
-	TakenNodes    int      `json:"taken_nodes,omitempty"`
+	NodeNotes    []load.NodeNote `json:"node_notes"`
+	Presets      []string        `json:"presets"`
+	EmptyPresets []string        `json:"empty_presets"` // leaders: named presets the bundle has nothing for
+	Env          []string        `json:"env"`
+	HeldBytes    int64           `json:"held_bytes"`
+	Taken        string          `json:"taken,omitempty"` // the default DEST, held by another user on TakenNodes nodes
+	TakenNodes   int             `json:"taken_nodes,omitempty"`
 	// ContentDigest is the set's (docs/FORMAT.md, "Content digest");
 	// AlreadyNodes the nodes whose DEST already held it unchanged since
 	// its install, left as they were; Already whether this node's did
