@@ -1,6 +1,7 @@
 """Build of the kbundle Python package: pyproject.toml has the metadata;
-this file only refuses to build without the Go libraries and tags the
-wheel for this platform, since it holds shared objects."""
+this file only refuses to build without the Go libraries and the version
+that `make python` writes, and tags the wheel for this platform, since it
+holds shared objects."""
 
 from pathlib import Path
 
@@ -22,6 +23,13 @@ if not list(LIB.glob("libkbundle-*.so")):
         f"kbundle: no libkbundle-*.so in {LIB}\n"
         "kbundle: hint: run `make python` at the top of kbundle's source tree first "
         "(it builds them with mpicc.openmpi and mpicc.mpich), then `pip install ./python`"
+    )
+
+if not (LIB.parent / "_version.py").exists():
+    raise SystemExit(
+        f"kbundle: no {LIB.parent / '_version.py'}\n"
+        "kbundle: hint: run `make python` at the top of kbundle's source tree first "
+        "(it writes the version with the libraries), then `pip install ./python`"
     )
 
 setup(distclass=BinaryDistribution)

@@ -22,6 +22,8 @@ layer of the set, written by rank 0::
 See docs/python.md.
 """
 
+import importlib.metadata as _metadata
+
 from ._errors import (
     BundleUnusableError,
     HarvestFailedError,
@@ -50,4 +52,10 @@ __all__ = [
     "mpi_library",
 ]
 
-__version__ = "0.1.0"
+try:
+    # The installed distribution's version: kbundle/_version.py's, written
+    # by `make python` and `make wheel` (scripts/dev/version.sh), which
+    # `kbundle version` prints too.
+    __version__ = _metadata.version("kbundle")
+except _metadata.PackageNotFoundError:  # the source tree itself, not installed
+    __version__ = "0+unknown"

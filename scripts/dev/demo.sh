@@ -2,7 +2,10 @@
 # demo.sh: the main job on a built-in sample: a synthetic Triton-like kernel
 # cache is generated, packed, inspected, verified, extracted, and loaded by 4
 # MPI ranks with `mpirun kbundle load`. Run by `make demo` (after `make
-# build`). Everything is written under out/demo.
+# build`). Everything is written under out/demo. bin/kbundle is the front
+# that runs the build matching the MPI it runs under: bin/kbundle-nompi
+# here, bin/kbundle-openmpi under mpirun.openmpi, bin/kbundle-mpich under
+# mpiexec.hydra (cmd/kbundle-front).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$PWD/out/demo
@@ -27,18 +30,18 @@ say "kbundle extract"
 bin/kbundle extract "$out/cache.kbundle" "$out/extracted"
 diff -r -x .kbundle-installed "$out/cache" "$out/extracted" && echo "extracted tree equals the source"
 
-say "mpirun -np 4 kbundle load (Open MPI)"
+say "mpirun -np 4 kbundle load (Open MPI: the front runs bin/kbundle-openmpi)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
-mpirun.openmpi --oversubscribe -np 4 bin/kbundle-openmpi load \
+mpirun.openmpi --oversubscribe -np 4 bin/kbundle load \
 	--bundle "$out/cache.kbundle" --to "$out/node-local"
 diff -r -x .kbundle-installed "$out/cache" "$out/node-local" && echo "node-local copy equals the source"
 
-say "mpiexec.hydra -np 4 kbundle load (MPICH), with a damaged bundle: every rank gets the same reason"
+say "mpiexec.hydra -np 4 kbundle load (MPICH: bin/kbundle-mpich), with a damaged bundle: every rank gets the same reason"
 cp "$out/cache.kbundle" "$out/damaged.kbundle"
 printf 'X' | dd of="$out/damaged.kbundle" bs=1 seek=5000 conv=notrunc status=none
 set +e
-mpiexec.hydra -np 4 bin/kbundle-mpich load --bundle "$out/damaged.kbundle" --to "$out/node-local-2"
+mpiexec.hydra -np 4 bin/kbundle load --bundle "$out/damaged.kbundle" --to "$out/node-local-2"
 rc=$?
 set -e
 echo "exit status $rc (3: bundle unusable, the application would compile as usual)"
