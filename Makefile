@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib bench-nodes
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes
 
 all: build
 
@@ -60,10 +60,12 @@ bench: build
 # The Python package (python/, docs/python.md): python-lib builds the
 # c-shared libraries of kbundle's Go code it loads, one per MPI, into
 # python/kbundle/lib/ and writes its version (python/kbundle/_version.py);
-# python then installs the package with the pip of $(PYTHON) (a virtual
+# python adds the CLI (make build's bin/kbundle*) as python/kbundle/bin/
+# and installs the package with the pip of $(PYTHON) (a virtual
 # environment's python; default: the python3 on PATH).
 PYTHON ?= python3
 PYLIB := python/kbundle/lib
+PYBIN := python/kbundle/bin
 
 python-lib: deps
 	CC=mpicc.openmpi $(GO) build -buildmode=c-shared -tags mpi $(LDFLAGS) -o $(PYLIB)/libkbundle-openmpi.so ./cmd/libkbundle
@@ -71,8 +73,17 @@ python-lib: deps
 	rm -f $(PYLIB)/libkbundle-*.h
 	printf '# Written by make (scripts/dev/version.sh): not in git.\n__version__ = "%s"\n' '$(VERSION)' > python/kbundle/_version.py
 
-python: python-lib
+python: python-lib build
+	install -d $(PYBIN)
+	install -m 0755 $(BIN)/kbundle $(BIN)/kbundle-nompi $(BIN)/kbundle-openmpi $(BIN)/kbundle-mpich $(PYBIN)/
 	$(PYTHON) -m pip install ./python
+
+# dist/kbundle-VERSION-py3-none-manylinux_2_28_x86_64.whl: the package
+# with its libraries and the CLI, built for glibc 2.28 (RHEL 8, Rocky 8)
+# with the zig toolchain from PyPI and checked by auditwheel; installs
+# with pip where no Go is (scripts/dev/wheel.sh, docs/python.md).
+wheel: deps
+	VERSION='$(VERSION)' GO='$(GO)' scripts/dev/wheel.sh
 
 # kbundle load against per-rank reads, sbcast+extract and a raw MPI_Bcast on
 # a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
@@ -80,4 +91,4 @@ bench-nodes: build
 	scripts/bench/nodes.sh
 
 clean:
-	rm -rf $(BIN) out $(PYLIB)/libkbundle-*.so python/kbundle/_version.py python/build python/*.egg-info
+	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info
