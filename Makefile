@@ -4,41 +4,44 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib bench-nodes
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes
 
 all: build
 
 deps:
 	scripts/dev/deps.sh demo
 
-# bin/kbundle (no MPI), bin/kbundle-openmpi and bin/kbundle-mpich.
-build: deps
-	$(GO) build -o $(BIN)/kbundle ./cmd/kbundle
-	CC=mpicc.openmpi $(GO) build -tags mpi -o $(BIN)/kbundle-openmpi ./cmd/kbundle
-	CC=mpicc.mpich $(GO) build -tags mpi -o $(BIN)/kbundle-mpich ./cmd/kbundle
+# One version string for the CLI (kbundle version), make install and the
+# Python package: scripts/dev/version.sh (the file VERSION, plus the commit
+# outside a release tag). `make VERSION=1.2.3 ...` overrides it; the
+# environment does not.
+VERSION := $(shell scripts/dev/version.sh)
+ifeq ($(VERSION),)
+$(error scripts/dev/version.sh gave no version)
+endif
+LDFLAGS := -ldflags "-X github.com/kbundle/kbundle/internal/version.linked=$(VERSION)"
 
-# make install PREFIX=$HOME/.local [MPICC=mpicc]: bin/kbundle, its man page
-# and bash/zsh completion (generated from the command definitions) under
-# PREFIX (default /usr/local; DESTDIR for packaging). With MPICC (e.g. the
-# mpicc of `module load openmpi`) kbundle is built with MPI; without it, it
-# loads as a job of one rank. Needs only Go, not `make deps`.
+# bin/kbundle: the front (cmd/kbundle-front) that runs the build matching
+# the MPI it runs under, from the launcher's variables: bin/kbundle-openmpi
+# under Open MPI, bin/kbundle-mpich under MPICH or Intel MPI, and
+# bin/kbundle-nompi (no MPI) without a launcher.
+build: deps
+	$(GO) build $(LDFLAGS) -o $(BIN)/kbundle-nompi ./cmd/kbundle
+	CC=mpicc.openmpi $(GO) build -tags mpi $(LDFLAGS) -o $(BIN)/kbundle-openmpi ./cmd/kbundle
+	CC=mpicc.mpich $(GO) build -tags mpi $(LDFLAGS) -o $(BIN)/kbundle-mpich ./cmd/kbundle
+	CGO_ENABLED=0 $(GO) build $(LDFLAGS) -o $(BIN)/kbundle ./cmd/kbundle-front
+
+# make install PREFIX=$HOME/.local [MPICC="mpicc ..."]: as make build, the
+# front kbundle with kbundle-nompi and one MPI build per compiler wrapper
+# (default: mpicc.openmpi and mpicc.mpich where found, else mpicc;
+# MPICC=none: the no-MPI build alone), each named for its ABI, with the man
+# page and bash/zsh completion, under PREFIX (default /usr/local; DESTDIR
+# for packaging). Needs only Go and the wrappers, not `make deps`
+# (scripts/install.sh).
 PREFIX ?= /usr/local
 MPICC ?=
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null)
-LDFLAGS := $(if $(VERSION),-ldflags "-X main.buildVersion=$(VERSION)")
 install:
-ifeq ($(MPICC),)
-	$(GO) build $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
-else
-	CC=$(MPICC) $(GO) build -tags mpi $(LDFLAGS) -o $(BIN)/kbundle-install ./cmd/kbundle
-endif
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
-		$(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions
-	install -m 0755 $(BIN)/kbundle-install $(DESTDIR)$(PREFIX)/bin/kbundle
-	$(BIN)/kbundle-install man > $(DESTDIR)$(PREFIX)/share/man/man1/kbundle.1
-	$(BIN)/kbundle-install completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/kbundle
-	$(BIN)/kbundle-install completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_kbundle
-	rm -f $(BIN)/kbundle-install
+	PREFIX='$(PREFIX)' DESTDIR='$(DESTDIR)' MPICC='$(MPICC)' GO='$(GO)' VERSION='$(VERSION)' scripts/install.sh
 
 # The main job on a built-in sample cache: generate, pack, verify, extract,
 # then load it under mpirun with 4 ranks.
@@ -56,18 +59,31 @@ bench: build
 
 # The Python package (python/, docs/python.md): python-lib builds the
 # c-shared libraries of kbundle's Go code it loads, one per MPI, into
-# python/kbundle/lib/; python then installs the package with the pip of
-# $(PYTHON) (a virtual environment's python; default: the python3 on PATH).
+# python/kbundle/lib/ and writes its version (python/kbundle/_version.py);
+# python adds the CLI (make build's bin/kbundle*) as python/kbundle/bin/
+# and installs the package with the pip of $(PYTHON) (a virtual
+# environment's python; default: the python3 on PATH).
 PYTHON ?= python3
 PYLIB := python/kbundle/lib
+PYBIN := python/kbundle/bin
 
 python-lib: deps
-	CC=mpicc.openmpi $(GO) build -buildmode=c-shared -tags mpi -o $(PYLIB)/libkbundle-openmpi.so ./cmd/libkbundle
-	CC=mpicc.mpich $(GO) build -buildmode=c-shared -tags mpi -o $(PYLIB)/libkbundle-mpich.so ./cmd/libkbundle
+	CC=mpicc.openmpi $(GO) build -buildmode=c-shared -tags mpi $(LDFLAGS) -o $(PYLIB)/libkbundle-openmpi.so ./cmd/libkbundle
+	CC=mpicc.mpich $(GO) build -buildmode=c-shared -tags mpi $(LDFLAGS) -o $(PYLIB)/libkbundle-mpich.so ./cmd/libkbundle
 	rm -f $(PYLIB)/libkbundle-*.h
+	printf '# Written by make (scripts/dev/version.sh): not in git.\n__version__ = "%s"\n' '$(VERSION)' > python/kbundle/_version.py
 
-python: python-lib
+python: python-lib build
+	install -d $(PYBIN)
+	install -m 0755 $(BIN)/kbundle $(BIN)/kbundle-nompi $(BIN)/kbundle-openmpi $(BIN)/kbundle-mpich $(PYBIN)/
 	$(PYTHON) -m pip install ./python
+
+# dist/kbundle-VERSION-py3-none-manylinux_2_28_x86_64.whl: the package
+# with its libraries and the CLI, built for glibc 2.28 (RHEL 8, Rocky 8)
+# with the zig toolchain from PyPI and checked by auditwheel; installs
+# with pip where no Go is (scripts/dev/wheel.sh, docs/python.md).
+wheel: deps
+	VERSION='$(VERSION)' GO='$(GO)' scripts/dev/wheel.sh
 
 # kbundle load against per-rank reads, sbcast+extract and a raw MPI_Bcast on
 # a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
@@ -75,4 +91,4 @@ bench-nodes: build
 	scripts/bench/nodes.sh
 
 clean:
-	rm -rf $(BIN) out $(PYLIB)/libkbundle-*.so python/build python/*.egg-info
+	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info

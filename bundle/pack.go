@@ -9,12 +9,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kbundle/kbundle/internal/version"
 )
 
 // PackOptions tune Pack. The zero value is valid.
@@ -504,14 +505,9 @@ func excluded(rel string, globs []string) bool {
 	return false
 }
 
-// Creator names this kbundle for the "creator" metadata.
-func Creator() string {
-	v := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	return "kbundle " + v
-}
+// Creator names this kbundle for the "creator" metadata: "kbundle "
+// and the version `kbundle version` prints.
+func Creator() string { return "kbundle " + version.String() }
 
 func packMeta(dir string, newest time.Time, opt *PackOptions) (map[string]string, error) {
 	meta := map[string]string{}

@@ -43,10 +43,12 @@ func init() {
 // (No -o bashdefault: it would offer file names where the compspec
 // offers nothing, after --timeout or --jobs.)
 
-// binaryNames are the names kbundle is installed under: make install's
-// bin/kbundle and make build's bin/kbundle, bin/kbundle-openmpi and
-// bin/kbundle-mpich. Every completion script registers all of them.
-var binaryNames = []string{"kbundle", "kbundle-openmpi", "kbundle-mpich"}
+// binaryNames are the names kbundle is installed under (make build,
+// make install, the wheel): kbundle, the front that runs the build
+// matching the MPI (cmd/kbundle-front), and the builds themselves,
+// kbundle-nompi, kbundle-openmpi, kbundle-mpich and kbundle-mpiabi.
+// Every completion script registers all of them.
+var binaryNames = []string{"kbundle", "kbundle-nompi", "kbundle-openmpi", "kbundle-mpich", "kbundle-mpiabi"}
 
 var completedNames = strings.Join(binaryNames, ", ")
 

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"runtime/debug"
 	"sort"
 	"sync/atomic"
 	"syscall"
@@ -31,6 +30,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/bundle"
+	kbversion "github.com/kbundle/kbundle/internal/version"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -70,30 +70,8 @@ func init() {
 	cli.VersionPrinter = func(c *cli.Context) { printVersion(c.App.Writer, false) }
 }
 
-// buildVersion is set at link time (make install: -ldflags "-X
-// main.buildVersion=$(git describe --always --dirty)"); it wins.
-var buildVersion string
-
-// version is kbundle's version: buildVersion, else the module version it
-// was built as, else "devel" plus the commit when the build recorded it.
-func version() string {
-	if buildVersion != "" {
-		return buildVersion
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "devel-" + s.Value[:12]
-		}
-	}
-	return "devel"
-}
+// version is kbundle's version (package version: what make links in).
+func version() string { return kbversion.String() }
 
 // newApp builds the CLI definition, writing to stdout and stderr. The man
 // page and the shell completion are generated from it too.

@@ -38,6 +38,7 @@ type envVar struct{ name, meaning string }
 var otherEnv = []envVar{
 	{"KBUNDLE_TRUSTED_GROUPS", "groups whose write permission the trust check accepts, for shared bundles (names or numeric ids, comma- or space-separated; empty by default)"},
 	{"KBUNDLE_TRUSTED_OWNERS", "users whose ownership the trust check accepts (names or numeric ids; empty by default)"},
+	{"KBUNDLE_BUILD", "read by the front that is installed as kbundle: run this build (none, openmpi, mpich or mpi-abi: kbundle-nompi, kbundle-openmpi, kbundle-mpich, kbundle-mpiabi beside it) instead of the one that matches the launcher"},
 	{"KBUNDLE_MODE", "cache mode (write, read, bundle, off) for applications that use package detect; kbundle detect shows it"},
 	{"KBUNDLE_NO_PROGRESS", "1 (any true value): no progress display at all"},
 	{"KBUNDLE_PROGRESS_INTERVAL", "when stderr is not a terminal, how often pack, verify and extract print a progress line (a Go duration, default 10s)"},

@@ -25,6 +25,8 @@ changed since, as ``kbundle status`` does.
 See docs/python.md.
 """
 
+import importlib.metadata as _metadata
+
 from ._errors import (
     BundleUnusableError,
     HarvestFailedError,
@@ -56,4 +58,10 @@ __all__ = [
     "status",
 ]
 
-__version__ = "0.1.0"
+try:
+    # The installed distribution's version: kbundle/_version.py's, written
+    # by `make python` and `make wheel` (scripts/dev/version.sh), which
+    # `kbundle version` prints too.
+    __version__ = _metadata.version("kbundle")
+except _metadata.PackageNotFoundError:  # the source tree itself, not installed
+    __version__ = "0+unknown"

@@ -18,7 +18,7 @@ work=${KBUNDLE_BENCH_DIR:-$root/out/bench}
 runs=${KBUNDLE_BENCH_RUNS:-3}
 kernels=${KBUNDLE_BENCH_KERNELS:-2000}
 numba_fns=${KBUNDLE_BENCH_NUMBA:-150}
-kb=$root/bin/kbundle
+kb=$root/bin/kbundle-nompi # the no-MPI build itself: no front in the timings
 shm=/dev/shm/kbundle-bench.$$
 mkdir -p "$work"
 chmod 700 "$work"

