@@ -15,11 +15,7 @@ import (
 
 // The status of a tree is the front door's (loadcmd.Tree), shared with
 // Python's status().
-type (
-	statusTree   = loadcmd.Tree
-	statusLayer  = loadcmd.TreeLayer
-	statusChange = loadcmd.TreeChange
-)
+type statusTree = loadcmd.Tree
 
 const (
 	stateInstalled  = loadcmd.StateInstalled

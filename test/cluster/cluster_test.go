@@ -267,8 +267,6 @@ func (c *cluster) onArgv(node string, argv ...string) []string {
 }
 
 // hostList is "kbn1:2,kbn2:2,kbn3:2".
-func (c *cluster) hostList() string { return c.hostListOf(perNode) }
-
 // hostListOf is the nodes with per slots each.
 func (c *cluster) hostListOf(per int) string {
 	var h []string
