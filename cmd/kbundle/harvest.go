@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 
 	"github.com/urfave/cli/v2"
@@ -175,31 +176,42 @@ func fakeNodeDest(dest string, ranksPerNode int, usingMPI bool) string {
 }
 
 // testFailpoint is the harvest's failpoint for tests from
-// $KBUNDLE_TEST_FAILPOINT, STEP:RANK or STEP:RANK:stop: world rank RANK
-// kills itself with SIGKILL at STEP (harvest.Plan.Failpoint's steps:
-// announce, transfer, written, published), or with stop sends itself
-// SIGSTOP there (the test changes something, then sends SIGCONT). Empty:
-// none.
+// $KBUNDLE_TEST_FAILPOINT, STEP:RANK or STEP:RANK:wait=FILE: world rank
+// RANK kills itself with SIGKILL at STEP (harvest.Plan.Failpoint's
+// steps: announce, transfer, written, published), or with wait=FILE
+// creates FILE.reached there and waits (60 s at most) for FILE to exist
+// (the test changes something meanwhile; a file, not SIGSTOP, which some
+// launchers' proxies answer with SIGCONT). Empty: none.
 func testFailpoint(v string, rank int) (func(string), error) {
 	if v == "" {
 		return nil, nil
 	}
-	parts := strings.Split(v, ":")
+	parts := strings.SplitN(v, ":", 3)
 	r, err := -1, error(nil)
-	if len(parts) == 2 || len(parts) == 3 {
+	if len(parts) >= 2 {
 		r, err = strconv.Atoi(parts[1])
 	}
-	steps := map[string]bool{"announce": true, "transfer": true, "written": true, "published": true}
-	if len(parts) < 2 || len(parts) > 3 || !steps[parts[0]] || err != nil || r < 0 || len(parts) == 3 && parts[2] != "stop" {
-		return nil, fmt.Errorf("KBUNDLE_TEST_FAILPOINT=%q: want STEP:RANK or STEP:RANK:stop, STEP one of announce, transfer, written, published", v)
+	wait, waits := "", len(parts) == 3
+	if waits {
+		wait, waits = strings.CutPrefix(parts[2], "wait=")
 	}
-	sig := syscall.SIGKILL
-	if len(parts) == 3 {
-		sig = syscall.SIGSTOP
+	steps := map[string]bool{"announce": true, "transfer": true, "written": true, "published": true}
+	if len(parts) < 2 || !steps[parts[0]] || err != nil || r < 0 || len(parts) == 3 && (!waits || wait == "") {
+		return nil, fmt.Errorf("KBUNDLE_TEST_FAILPOINT=%q: want STEP:RANK or STEP:RANK:wait=FILE, STEP one of announce, transfer, written, published", v)
 	}
 	return func(step string) {
-		if step == parts[0] && rank == r {
-			syscall.Kill(os.Getpid(), sig)
+		if step != parts[0] || rank != r {
+			return
+		}
+		if !waits {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			return
+		}
+		os.WriteFile(wait+".reached", nil, 0o600)
+		for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(wait); err == nil {
+				return
+			}
 		}
 	}, nil
 }

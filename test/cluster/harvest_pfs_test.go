@@ -167,7 +167,7 @@ func (c *cluster) filesOn(t *testing.T, node, dir string) map[string]string {
 // a real network file system (sshfs, mounted on each node) at the same
 // time, their rank 0s on different nodes (kbn1, kbn2), each with files
 // of its own on its two nodes. Both rank 0s are stopped with their layer
-// written (KBUNDLE_TEST_FAILPOINT=written:0:stop), then continued
+// written (KBUNDLE_TEST_FAILPOINT=written:0:wait=FILE), then continued
 // together, so both publish at once, each listing a layer directory its
 // client may have cached: neither loses its entries (two layers, a load
 // on every node shows both jobs' files). Meanwhile kbn3 loads the set in
@@ -288,28 +288,28 @@ func TestHarvestConcurrentPFS(t *testing.T) {
 				}
 			}()
 
-			// Both harvests at once, stopped with their layers written.
-			env := []string{"KBUNDLE_TEST_FAILPOINT=written:0:stop"}
+			// Both harvests at once, held with their layers written: each
+			// rank 0 waits for its gate file (on the shared file system).
+			gates, err := os.MkdirTemp(tmpRoot, "gates-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(gates, 0o755)
 			var procs []*proc
 			for _, j := range jobs {
+				env := []string{"KBUNDLE_TEST_FAILPOINT=written:0:wait=" + filepath.Join(gates, j.name)}
 				procs = append(procs, start(t, jobTimeout, env, c.argvOn(l, j.hosts, kb, "harvest", "--bundle", set, "--to", j.dest)...))
 			}
-			var pids []int
 			for _, j := range jobs {
-				var pid int
-				if !waitFor(30*time.Second, func() bool {
-					pid = c.rankPid(j.hosts[0], kb, 0)
-					st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-					_, rest, _ := strings.Cut(string(st), ") ")
-					return pid > 0 && strings.HasPrefix(rest, "T")
-				}) {
+				if !waitFor(30*time.Second, func() bool { return exists(filepath.Join(gates, j.name+".reached")) }) {
 					t.Fatalf("job %s's rank 0 on %s never reached its failpoint", j.name, j.hosts[0])
 				}
-				pids = append(pids, pid)
 			}
 			time.Sleep(500 * time.Millisecond) // loads of the set as it was
-			for _, pid := range pids {
-				syscall.Kill(pid, syscall.SIGCONT)
+			for _, j := range jobs {
+				if err := os.WriteFile(filepath.Join(gates, j.name), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for i, p := range procs {
 				if r := p.wait(t); r.code != 0 {

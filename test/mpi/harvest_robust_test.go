@@ -223,30 +223,15 @@ func TestHarvestKilled(t *testing.T) {
 	}
 }
 
-// rankPid waits (10 s at most) for the process of binary kb whose MPI
-// world rank is rank to be stopped, and returns its pid.
-func stoppedRank(t *testing.T, kb string, rank int) int {
+// waitFor waits (10 s at most) for path to exist.
+func waitFor(t *testing.T, path string) {
 	t.Helper()
-	want := strconv.Itoa(rank)
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, pid := range testutil.Processes(kb) {
-			env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			mine := false
-			for _, kv := range strings.Split(string(env), "\x00") {
-				if kv == "OMPI_COMM_WORLD_RANK="+want || kv == "PMI_RANK="+want {
-					mine = true
-				}
-			}
-			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			if _, rest, ok := strings.Cut(string(stat), ") "); mine && ok && strings.HasPrefix(rest, "T") {
-				return pid
-			}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("rank %d of %s never stopped", rank, kb)
-	return 0
+	t.Fatalf("%s never appeared", path)
 }
 
 // TestHarvestTampered (issue 17): node 1's DEST holds a symlink to a
@@ -293,15 +278,16 @@ func TestHarvestTampered(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testutil.LaunchTimeout)
 			defer cancel()
 			cmd := testutil.MPICommand(ctx, v, 2, kb, "harvest", "--timeout", "60s", "--bundle", set, "--to", dest)
-			cmd.Env = append(cmd.Env, append([]string{"KBUNDLE_TEST_FAILPOINT=announce:1:stop"}, harvestEnv...)...)
+			gate := filepath.Join(t.TempDir(), "go")
+			cmd.Env = append(cmd.Env, append([]string{"KBUNDLE_TEST_FAILPOINT=announce:1:wait=" + gate}, harvestEnv...)...)
 			var se bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &se, &se
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			pid := stoppedRank(t, kb, 1)
+			waitFor(t, gate+".reached") // rank 1 sent its list and waits
 			writeFile(t, filepath.Join(d1, "n1/changing.bin"), []byte("SECOND version"))
-			syscall.Kill(pid, syscall.SIGCONT)
+			writeFile(t, gate, nil)
 			err := cmd.Wait()
 			if ctx.Err() != nil {
 				t.Fatalf("the harvest hung\n%s", se.String())
