@@ -34,7 +34,6 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +42,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/hostlist"
+	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
@@ -190,7 +190,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	var err error
 	if plan.RanksPerNode > 0 {
 		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest += ".node" + strconv.Itoa(world.Rank()/plan.RanksPerNode)
+		plan.Dest = load.FakeNodeDest(plan.Dest, plan.RanksPerNode, world.Rank())
 	} else {
 		node, err = world.SplitShared()
 	}

@@ -213,7 +213,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	base := plan.Dest
 	if plan.RanksPerNode > 0 {
 		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest = fakeNodeDest(plan, world.Rank(), base)
+		plan.Dest = FakeNodeDest(base, plan.RanksPerNode, world.Rank())
 	} else {
 		node, err = world.SplitShared()
 	}
@@ -412,7 +412,6 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 		return nil
 	}
 	l.sum.Entries = len(s.Entries())
-	l.sum.ContentDigest = bundle.FormatDigest(s.ContentDigest())
 	l.sum.Bytes, l.sum.RawBytes = s.Size(), s.RawSize()
 	presets, err := l.choosePresets(s.Meta())
 	if err != nil {
@@ -653,12 +652,15 @@ func (l *leader) heldSummary(set *bundle.OpenedSet) {
 	}
 }
 
-// fakeNodeDest is Dest on fake node rank/RanksPerNode (Plan.RanksPerNode).
-func fakeNodeDest(plan Plan, rank int, base string) string {
-	if plan.RanksPerNode <= 0 {
-		return base
+// FakeNodeDest is dest on the fake node of world rank rank when every
+// ranksPerNode consecutive ranks form one node (Plan.RanksPerNode, for
+// tests): dest + ".node<k>"; dest itself when ranksPerNode <= 0. Harvest
+// and status name each fake node's DEST by the same rule.
+func FakeNodeDest(dest string, ranksPerNode, rank int) string {
+	if ranksPerNode <= 0 {
+		return dest
 	}
-	return base + ".node" + strconv.Itoa(rank/plan.RanksPerNode)
+	return dest + ".node" + strconv.Itoa(rank/ranksPerNode)
 }
 
 // avoidTaken claims Dest on every leader and moves the load to an
@@ -706,7 +708,7 @@ func (l *leader) avoidTaken(base string) (err error) {
 	}
 	l.unclaim() // not used: nothing is left under the guessable name
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
-	l.plan.Dest = fakeNodeDest(l.plan, l.world.Rank(), base+"-"+hex.EncodeToString(buf))
+	l.plan.Dest = FakeNodeDest(base+"-"+hex.EncodeToString(buf), l.plan.RanksPerNode, l.world.Rank())
 	l.sum.Dest = l.plan.Dest
 	if l.sum.Leader && bundle.ClaimDir(l.plan.Dest) == nil {
 		l.madeDest = true

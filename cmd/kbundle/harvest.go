@@ -19,6 +19,7 @@ import (
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/harvest"
+	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -167,12 +168,12 @@ func harvestMeta(dest string) map[string]string {
 }
 
 // fakeNodeDest is rank 0's DEST under KBUNDLE_TEST_RANKS_PER_NODE
-// (load.Plan.RanksPerNode: node 0's DEST.node0).
+// (load.FakeNodeDest of rank 0), when the harvest runs over MPI.
 func fakeNodeDest(dest string, ranksPerNode int, usingMPI bool) string {
-	if usingMPI && ranksPerNode > 0 {
-		return dest + ".node0"
+	if !usingMPI {
+		return dest
 	}
-	return dest
+	return load.FakeNodeDest(dest, ranksPerNode, 0)
 }
 
 // testFailpoint is the harvest's failpoint for tests from

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -14,6 +13,7 @@ import (
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/internal/hostlist"
+	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 )
 
@@ -60,7 +60,7 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) 
 	if lp.RanksPerNode > 0 {
 		node, err = world.Split(world.Rank()/lp.RanksPerNode, world.Rank())
 		for i := range dests {
-			dests[i] += ".node" + strconv.Itoa(world.Rank()/lp.RanksPerNode)
+			dests[i] = load.FakeNodeDest(dests[i], lp.RanksPerNode, world.Rank())
 		}
 	} else {
 		node, err = world.SplitShared()

@@ -50,6 +50,10 @@ func verifyAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	trust, err := trustPolicy()
+	if err != nil {
+		return err
+	}
 	// Each FILE with its set's layers above the base: what load reads.
 	var paths []string
 	for _, name := range names {
@@ -65,7 +69,7 @@ func verifyAction(c *cli.Context) error {
 	var all []verifyJSON
 	var failed []error
 	for _, p := range paths {
-		v, err := verifyOne(c, p, n)
+		v, err := verifyOne(c, p, n, trust)
 		if err != nil {
 			if len(paths) == 1 {
 				return err
@@ -94,11 +98,7 @@ func verifyAction(c *cli.Context) error {
 }
 
 // verifyOne checks the bundle at name and says so (unless --json).
-func verifyOne(c *cli.Context, name string, n int) (verifyJSON, error) {
-	trust, err := trustPolicy()
-	if err != nil {
-		return verifyJSON{}, err
-	}
+func verifyOne(c *cli.Context, name string, n int, trust *bundle.TrustPolicy) (verifyJSON, error) {
 	rc, err := openBundle(c, name, &bundle.OpenOptions{Trust: trust})
 	if err != nil {
 		return verifyJSON{}, err

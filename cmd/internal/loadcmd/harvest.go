@@ -193,7 +193,7 @@ func HarvestReport(s *harvest.Summary) []string {
 	lines := harvest.Report(s)
 	switch {
 	case s.DryRun:
-		lines = append(lines, fmt.Sprintf("dry run: would write %s (%s) to %s", counted(s.Files, "file"), counted(s.Units, "cache unit"), s.Set))
+		lines = append(lines, fmt.Sprintf("dry run: would write %s (%s) to %s", plural(s.Files, "file"), plural(s.Units, "cache unit"), s.Set))
 	case s.Layer == "":
 		lines = append(lines, fmt.Sprintf("nothing new: no layer written to %s", s.Set))
 	default:
@@ -201,19 +201,11 @@ func HarvestReport(s *harvest.Summary) []string {
 		if s.Base {
 			what = "the set's first bundle"
 		}
-		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, counted(s.Files, "file"), counted(s.Units, "cache unit"), harvest.Size(s.Bytes)))
+		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), harvest.Size(s.Bytes)))
 	}
 	lines = append(lines, harvest.PruneReport(s)...)
 	if s.UseRecord != "" {
-		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", counted(s.UnitsUsed, "cache unit"), s.UseRecord))
+		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", plural(s.UnitsUsed, "cache unit"), s.UseRecord))
 	}
 	return lines
-}
-
-// counted is "1 file", "2 files".
-func counted(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
