@@ -46,6 +46,9 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) 
 		return l.fail(fmt.Sprintf("this kbundle was built without MPI, and the launcher started %d tasks: status under a launcher runs once per node "+
 			"and needs the MPI build (or run it without the launcher, on each node)", det.Size), exitUsage)
 	}
+	if err := l.mismatch(det, 0); err != nil {
+		return err
+	}
 	w, done, jerr := l.joinMPI(det, "status", timeout(c))
 	if jerr != nil {
 		return jerr

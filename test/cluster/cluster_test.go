@@ -280,12 +280,13 @@ func (c *cluster) hostListOf(per int) string {
 type launch struct {
 	name string
 	v    testutil.Variant
-	srun bool // srun -N 3 (--mpi=pmix for Open MPI, pmi2 for MPICH) instead of mpirun/mpiexec
+	srun bool   // srun -N 3 (--mpi=pmix for Open MPI, pmi2 for MPICH) instead of mpirun/mpiexec
+	rt   string // a PyPI runtime (testutil.ExtraRuntimes) instead of Debian's launchers
 }
 
 var (
-	mpiLaunches  = []launch{{"mpirun", testutil.OpenMPI, false}, {"mpiexec.hydra", testutil.MPICH, false}}
-	srunLaunches = []launch{{"srun-pmix", testutil.OpenMPI, true}, {"srun-pmi2", testutil.MPICH, true}}
+	mpiLaunches  = []launch{{name: "mpirun", v: testutil.OpenMPI}, {name: "mpiexec.hydra", v: testutil.MPICH}}
+	srunLaunches = []launch{{name: "srun-pmix", v: testutil.OpenMPI, srun: true}, {name: "srun-pmi2", v: testutil.MPICH, srun: true}}
 )
 
 // argv returns the command line that runs argv as np ranks on 3 nodes,
@@ -307,6 +308,8 @@ func (c *cluster) argvShape(l launch, keep bool, per int, argv ...string) []stri
 	}
 	agent := filepath.Join(c.state, "rsh")
 	switch {
+	case l.rt != "":
+		return append(c.runtimeArgv(testutil.RuntimeByName(l.rt), per), argv...)
 	case l.srun:
 		mpi := "pmix"
 		if l.v == testutil.MPICH {
@@ -335,6 +338,9 @@ func (c *cluster) job(t *testing.T, l launch, env []string, argv ...string) *res
 	if l.srun {
 		c.needSlurm(t)
 	}
+	if l.rt != "" {
+		env = append(runtimeEnv(testutil.RuntimeByName(l.rt)), env...)
+	}
 	return run(t, env, c.argvKeep(l, true, argv...)...)
 }
 
@@ -347,6 +353,21 @@ type wrapper struct {
 
 func newWrapper(t *testing.T, traced bool) *wrapper {
 	t.Helper()
+	return makeWrapper(t, traced, false)
+}
+
+// newDetachedWrapper is newWrapper with the command in a session of its
+// own: Open MPI 5's prterun and MPICH 5's Hydra kill what they started
+// once one task exits non-zero, which could kill a wrapper before it
+// wrote the status (they have no switch like Open MPI 4's
+// orte_abort_on_non_zero_status).
+func newDetachedWrapper(t *testing.T, traced bool) *wrapper {
+	t.Helper()
+	return makeWrapper(t, traced, true)
+}
+
+func makeWrapper(t *testing.T, traced, detached bool) *wrapper {
+	t.Helper()
 	dir, err := os.MkdirTemp(tmpRoot, "ranks-")
 	if err != nil {
 		t.Fatal(err)
@@ -357,14 +378,19 @@ func newWrapper(t *testing.T, traced bool) *wrapper {
 		// -y: each returned fd with its path, however the path was walked
 		run = `strace -f -qq -y -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
 	}
+	record := run + `
+rc=$?
+echo "$h $rc" >"$d/.rc.$r" && mv "$d/.rc.$r" "$d/rc.$r"
+exit $rc`
+	if detached {
+		record = "setsid sh -c '" + strings.ReplaceAll(record, "'", `'\''`) + "' sh \"$@\" &\nwait $!"
+	}
 	body := `#!/bin/sh
 d=` + dir + `
 r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${SLURM_PROCID:-x}}}
 h=$(hostname)
-` + run + `
-rc=$?
-echo "$h $rc" >"$d/.rc.$r" && mv "$d/.rc.$r" "$d/rc.$r"
-exit $rc
+export d r h
+` + record + `
 `
 	w := &wrapper{script: filepath.Join(dir, "wrap.sh"), dir: dir}
 	if err := os.WriteFile(w.script, []byte(body), 0o755); err != nil {
@@ -383,6 +409,12 @@ type rankExit struct {
 func (w *wrapper) exits(t *testing.T, r *result) []rankExit {
 	t.Helper()
 	out := make([]rankExit, np)
+	// A detached rank may still be writing its record after the launcher
+	// returned.
+	waitFor(20*time.Second, func() bool {
+		m, _ := filepath.Glob(filepath.Join(w.dir, "rc.[0-9]*"))
+		return len(m) >= np
+	})
 	for i := range np {
 		b, err := os.ReadFile(filepath.Join(w.dir, fmt.Sprintf("rc.%d", i)))
 		if err != nil {

@@ -239,3 +239,41 @@ func TestLoadMismatchRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestCollectivesMismatchRefused is TestLoadMismatchRefused for the other
+// collectives, harvest and per-node status: the same refusal, exit 2 on
+// every task, one message naming the fix (and not --per-task, which only
+// load has).
+func TestCollectivesMismatchRefused(t *testing.T) {
+	file := packTree(t, makeTree(t))
+	cases := []struct {
+		build   testutil.Variant
+		runtime string
+		want    string
+	}{
+		{testutil.OpenMPI, "mpich5", "this kbundle is built for Open MPI but runs under Hydra (MPICH) (2 tasks): use mpirun.openmpi, or the MPICH build"},
+		{testutil.MPICH, "openmpi5", "built for MPICH (or an MPI of its ABI) but runs under Open MPI's mpirun (2 tasks): use mpiexec.hydra"},
+	}
+	for _, c := range cases {
+		rt := testutil.RuntimeByName(c.runtime)
+		for _, cmd := range []string{"harvest", "status"} {
+			t.Run(fmt.Sprintf("%s/%s/%s", cmd, c.build, c.runtime), func(t *testing.T) {
+				testutil.NeedRuntime(t, rt)
+				kb := testutil.Kbundle(t, c.build)
+				dest := filepath.Join(t.TempDir(), "node", "dest")
+				os.MkdirAll(filepath.Dir(dest), 0o700)
+				argv := []string{kb, "status", dest}
+				if cmd == "harvest" {
+					argv = []string{kb, "harvest", "--bundle", file, "--to", dest}
+				}
+				wrap, codes := tracedWrapper(t, false)
+				so, se, code := testutil.RunRuntime(t, rt, 2, keepGoing, append([]string{wrap}, argv...)...)
+				settledCodes(t, codes, 2, 2, se)
+				checkFailure(t, failCase{code: 2, reason: c.want}, 2, codes, dest, so, se, code)
+				if strings.Contains(se, "--per-task") {
+					t.Errorf("%s's message names --per-task, which only load has\n%s", cmd, se)
+				}
+			})
+		}
+	}
+}
