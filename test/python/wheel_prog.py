@@ -11,6 +11,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import kbundle
+from kbundle import _lib
 
 comm = MPI.COMM_WORLD
 res = kbundle.load_bundle(comm, bundle=sys.argv[1], dest=sys.argv[2], strict=True)
@@ -22,6 +23,7 @@ line = {
     "library": kbundle.mpi_library(),
     "package": kbundle.__file__,
     "version": kbundle.__version__,
+    "abi": _lib.abi(MPI),
     "mpi": MPI.Get_library_version().replace("\0", "").splitlines()[0],
 }
 print(json.dumps(line), flush=True)
