@@ -32,6 +32,7 @@ FAMILIES = ("openmpi", "mpich")
 _lock = threading.Lock()
 _loaded: Optional[ctypes.CDLL] = None
 _loaded_path = ""
+_loaded_abi = ""
 
 
 def abi(mpi: Any) -> str:
@@ -98,13 +99,26 @@ def mpi4py_library() -> ctypes.CDLL:
     return library(abi(MPI), MPI.Get_library_version())
 
 
+def comm_handle(comm: Any) -> int:
+    """The integer handle of the mpi4py communicator comm that the loaded
+    library's collective functions take: in the MPI-5 standard ABI, which
+    has no MPI_Fint in C, MPI_Comm_toint's (the library calls
+    MPI_Comm_fromint); otherwise the Fortran handle, MPI_Comm_c2f's (the
+    library calls MPI_Comm_f2c)."""
+    if _loaded_abi == "mpi-abi":
+        h: int = comm.toint()
+    else:
+        h = comm.py2f()
+    return h
+
+
 def library(found: str, version: str) -> ctypes.CDLL:
     """Loads (once per process) the libkbundle for the MPI of ABI found
     (abi) whose MPI_Get_library_version text is version, and checks that
     it was built for that ABI. The library runs in this process like the
     kernels of a bundle, so it must pass the bundle's trust rules (see
     open_trusted) before anything of it runs."""
-    global _loaded, _loaded_path
+    global _loaded, _loaded_path, _loaded_abi
     with _lock:
         if _loaded is not None:
             return _loaded
@@ -148,7 +162,7 @@ def library(found: str, version: str) -> ctypes.CDLL:
                 "hint: use the libkbundle built with the mpicc of the MPI that mpi4py was built with"
                 + (" (unset KBUNDLE_LIBRARY)" if os.environ.get("KBUNDLE_LIBRARY") else ""),
             )
-        _loaded, _loaded_path = lib, str(path)
+        _loaded, _loaded_path, _loaded_abi = lib, str(path), built
         return lib
 
 

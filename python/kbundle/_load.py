@@ -219,7 +219,7 @@ def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dic
         raise KbundleUsageError("usage", "comm is an intercommunicator: pass an intracommunicator such as MPI.COMM_WORLD")
     lib = _lib.mpi4py_library()
     fn = _lib.function(lib, function)
-    raw = _lib.take_string(lib, fn(comm.py2f(), json.dumps(req).encode("utf-8")))
+    raw = _lib.take_string(lib, fn(_lib.comm_handle(comm), json.dumps(req).encode("utf-8")))
     try:
         out: Dict[str, Any] = json.loads(raw)
     except ValueError as e:

@@ -1,5 +1,6 @@
 """load_bundle from an installed wheel: one JSON line per rank, which the
-install test (wheel_test.go, TestWheel) checks.
+install test (wheel_test.go, TestWheel) and TestMPIABI (mpiabi_test.go)
+check.
 
 Usage: mpirun -np N python wheel_prog.py BUNDLE DEST
 """
