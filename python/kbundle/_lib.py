@@ -11,47 +11,73 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import Callable, Optional, Set, Tuple
+from typing import Any, Callable, Optional, Set, Tuple
 
 from ._errors import KbundleMPIError, KbundleUsageError
 
 #: Where ``make python`` puts the libraries, inside the package.
 LIB_DIR = Path(__file__).resolve().parent / "lib"
 
-#: The MPI families kbundle is built for: a marker in
-#: MPI_Get_library_version's text, and the library's name.
-FAMILIES = (("Open MPI", "openmpi"), ("MPICH", "mpich"))
+#: The MPI ABIs as kbundle_mpi_family names them, and how they read in
+#: messages.
+_NAMES = {
+    "openmpi": "Open MPI",
+    "mpich": "MPICH (or an MPI of its ABI)",
+    "mpi-abi": "the MPI-5 standard ABI (libmpi_abi.so)",
+}
 
-#: How kbundle_mpi_family's names read in messages.
-_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH (or an MPI of its ABI)"}
+#: The ABIs the package holds a library for: lib/libkbundle-ABI.so.
+FAMILIES = ("openmpi", "mpich")
 
 _lock = threading.Lock()
 _loaded: Optional[ctypes.CDLL] = None
 _loaded_path = ""
+_loaded_abi = ""
 
 
-def family(version: str) -> str:
-    """Returns "openmpi" or "mpich" for an MPI_Get_library_version text."""
-    for marker, name in FAMILIES:
-        if marker in version:
-            return name
+def abi(mpi: Any) -> str:
+    """The ABI of the MPI library that mpi4py's module MPI (passed as mpi)
+    runs on, as mpi4py reports it: "openmpi", "mpich", "mpi-abi", or "" for
+    none kbundle knows. mpi4py's binary wheel (4.1 and newer) holds one
+    build of the module per ABI and imports the one for the libmpi it
+    found (MPI.openmpi.*.so, MPI.mpich.*.so): its name says which. A build
+    of mpi4py for one MPI (from source, Debian's python3-mpi4py) is
+    of the MPI-5 standard ABI when MPI_Abi_get_version answers (mpi4py
+    4.1's Get_abi_version), else of MPICH's when its MPI_Comm is an int
+    (the size mpi4py was compiled with), of Open MPI's when a pointer."""
+    name = os.path.basename(getattr(mpi, "__file__", None) or "")
+    for variant, found in (("openmpi", "openmpi"), ("mpich", "mpich"), ("mpiabi", "mpi-abi")):
+        if name.startswith(f"MPI.{variant}."):
+            return found
+    get_abi_version = getattr(mpi, "Get_abi_version", None)
+    if get_abi_version is not None and get_abi_version()[0] > 0:
+        return "mpi-abi"
+    return {4: "mpich", 8: "openmpi"}.get(mpi._sizeof(mpi.Comm), "")
+
+
+def family(found: str, version: str) -> str:
+    """Returns found, the ABI mpi4py runs on (abi), if the package holds a
+    library for it; version is the MPI's MPI_Get_library_version text."""
+    if found in FAMILIES:
+        return found
     first = version.strip().splitlines()[0] if version.strip() else "an unknown MPI"
+    through = f" through {_NAMES[found]}" if found in _NAMES else ""
     raise KbundleMPIError(
         "mpi",
-        f"kbundle is built for Open MPI and MPICH; mpi4py uses {first}",
+        f"kbundle is built for Open MPI and MPICH; mpi4py uses {first}{through}",
         "hint: set KBUNDLE_LIBRARY to a libkbundle built with this MPI's mpicc "
         "(CC=mpicc go build -buildmode=c-shared -tags mpi ./cmd/libkbundle)",
     )
 
 
-def path_for(version: str) -> Path:
-    """The library for the MPI whose version text is given, or
-    $KBUNDLE_LIBRARY (made absolute: a bare name would make dlopen search
-    LD_LIBRARY_PATH instead of loading the file checked)."""
+def path_for(found: str, version: str) -> Path:
+    """The library for the ABI found (abi) of the MPI whose version text
+    is given, or $KBUNDLE_LIBRARY (made absolute: a bare name would make
+    dlopen search LD_LIBRARY_PATH instead of loading the file checked)."""
     override = os.environ.get("KBUNDLE_LIBRARY")
     if override:
         return Path(os.path.abspath(override))
-    return LIB_DIR / f"libkbundle-{family(version)}.so"
+    return LIB_DIR / f"libkbundle-{family(found, version)}.so"
 
 
 #: The functions of libkbundle the package calls.
@@ -66,17 +92,37 @@ _LATER = ("kbundle_harvest",)
 _LOCAL = ("kbundle_status",)
 
 
-def library(version: str) -> ctypes.CDLL:
-    """Loads (once per process) the libkbundle for the MPI whose
-    MPI_Get_library_version text is version, and checks that it was built
-    for that MPI's ABI. The library runs in this process like the kernels
-    of a bundle, so it must pass the bundle's trust rules (see
+def mpi4py_library() -> ctypes.CDLL:
+    """library for the MPI that mpi4py runs on."""
+    from mpi4py import MPI
+
+    return library(abi(MPI), MPI.Get_library_version())
+
+
+def comm_handle(comm: Any) -> int:
+    """The integer handle of the mpi4py communicator comm that the loaded
+    library's collective functions take: in the MPI-5 standard ABI, which
+    has no MPI_Fint in C, MPI_Comm_toint's (the library calls
+    MPI_Comm_fromint); otherwise the Fortran handle, MPI_Comm_c2f's (the
+    library calls MPI_Comm_f2c)."""
+    if _loaded_abi == "mpi-abi":
+        h: int = comm.toint()
+    else:
+        h = comm.py2f()
+    return h
+
+
+def library(found: str, version: str) -> ctypes.CDLL:
+    """Loads (once per process) the libkbundle for the MPI of ABI found
+    (abi) whose MPI_Get_library_version text is version, and checks that
+    it was built for that ABI. The library runs in this process like the
+    kernels of a bundle, so it must pass the bundle's trust rules (see
     open_trusted) before anything of it runs."""
-    global _loaded, _loaded_path
+    global _loaded, _loaded_path, _loaded_abi
     with _lock:
         if _loaded is not None:
             return _loaded
-        path, fd = open_trusted(path_for(version))
+        path, fd = open_trusted(path_for(found, version))
         try:
             # The descriptor checked is the file loaded: no path is looked
             # up again (ld.so keeps the file mapped once it is closed).
@@ -108,8 +154,7 @@ def library(version: str) -> ctypes.CDLL:
         # The library's MPI calls bind to the libmpi mpi4py loaded: they
         # must be of the same ABI family, or the first handle crashes.
         built = take_string(lib, mpi_family())
-        ompi = "Open MPI" in version
-        if built not in ("openmpi", "mpich") or (built == "openmpi") != ompi:
+        if built not in _NAMES or built != found:
             first = " ".join(version.replace("\x00", " ").split()[:3]) or "an unknown MPI"
             raise KbundleMPIError(
                 "mpi",
@@ -117,7 +162,7 @@ def library(version: str) -> ctypes.CDLL:
                 "hint: use the libkbundle built with the mpicc of the MPI that mpi4py was built with"
                 + (" (unset KBUNDLE_LIBRARY)" if os.environ.get("KBUNDLE_LIBRARY") else ""),
             )
-        _loaded, _loaded_path = lib, str(path)
+        _loaded, _loaded_path, _loaded_abi = lib, str(path), built
         return lib
 
 

@@ -103,9 +103,7 @@ class LoadResult:
 def mpi_library() -> str:
     """The path of the libkbundle in use (loading it if needed), for
     diagnostics."""
-    from mpi4py import MPI
-
-    _lib.library(MPI.Get_library_version())
+    _lib.mpi4py_library()
     return _lib.loaded_path()
 
 
@@ -219,9 +217,9 @@ def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dic
         raise KbundleUsageError("usage", f"comm is MPI.COMM_NULL: call {name} on the ranks of a communicator")
     if comm.Is_inter():
         raise KbundleUsageError("usage", "comm is an intercommunicator: pass an intracommunicator such as MPI.COMM_WORLD")
-    lib = _lib.library(MPI.Get_library_version())
+    lib = _lib.mpi4py_library()
     fn = _lib.function(lib, function)
-    raw = _lib.take_string(lib, fn(comm.py2f(), json.dumps(req).encode("utf-8")))
+    raw = _lib.take_string(lib, fn(_lib.comm_handle(comm), json.dumps(req).encode("utf-8")))
     try:
         out: Dict[str, Any] = json.loads(raw)
     except ValueError as e:

@@ -66,9 +66,7 @@ def status(dest: Union[PathArg, Sequence[PathArg], None] = None) -> Tuple[TreeSt
         dests = [os.fspath(dest)]
     else:
         dests = [os.fspath(d) for d in dest]
-    from mpi4py import MPI
-
-    lib = _lib.library(MPI.Get_library_version())
+    lib = _lib.mpi4py_library()
     fn = _lib.local_function(lib, "kbundle_status")
     req = {"dests": dests, "environ": dict(os.environ)}
     raw = _lib.take_string(lib, fn(json.dumps(req).encode("utf-8")))

@@ -2,7 +2,7 @@
 # pyenv-mpi.sh: create or update the project-local Python environments of
 # kbundle's Python package tests, one per MPI library.
 #
-# Usage: scripts/dev/pyenv-mpi.sh openmpi|mpich
+# Usage: scripts/dev/pyenv-mpi.sh openmpi|mpich|mpiabi
 #        scripts/dev/pyenv-mpi.sh deps   (only the Debian packages it needs)
 #
 # Makes .venv-mpi/VARIANT with Debian's /usr/bin/python3 and installs the
@@ -16,6 +16,13 @@
 # VENV/mpich-lib holds that name as a link, as in scripts/dev/venv.sh) and
 # runs VENV/bin/python; launchers run it on every rank.
 #
+# mpiabi: mpi4py on the MPI-5 standard ABI (libmpi_abi.so.1), which PyPI's
+# mpi4py 4.1.2 wheel has no build for (docs/python.md): the same pinned
+# mpi4py built from source with MPICH 5's mpicc_abi
+# (.venv-mpirt/mpich5, scripts/dev/mpi-runtimes.sh): 6 min on 2 cores.
+# Its MPI module records mpich5's lib folder as RUNPATH; LD_LIBRARY_PATH
+# (Intel MPI's lib first) overrides it.
+#
 # Separate from scripts/dev/venv.sh (JAX, PyTorch): these environments are
 # small, made in seconds; the source builds of mpi4py they replace took
 # 441 s wall for both on a 2-core machine.
@@ -24,9 +31,9 @@ cd "$(dirname "$0")/../.."
 
 variant=${1:-}
 case $variant in
-openmpi | mpich | deps) ;;
+openmpi | mpich | mpiabi | deps) ;;
 *)
-	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich|deps" >&2
+	echo "usage: scripts/dev/pyenv-mpi.sh openmpi|mpich|mpiabi|deps" >&2
 	exit 2
 	;;
 esac
@@ -50,16 +57,22 @@ venv=.venv-mpi/$variant
 req=python/requirements-test.txt
 stamp=$venv/.kbundle-requirements
 
+binary=(--only-binary mpi4py) how=wheel
+if [ "$variant" = mpiabi ]; then
+	mpicc_abi=$PWD/.venv-mpirt/mpich5/bin/mpicc_abi
+	[ -x "$mpicc_abi" ] || { echo "kbundle: $mpicc_abi is missing (run scripts/dev/mpi-runtimes.sh mpich5)" >&2; exit 1; }
+	binary=(--no-binary mpi4py) how="source, MPICC=mpicc_abi"
+fi
 want() {
 	cat "$req"
-	echo "mpi4py=wheel MPI=$variant"
+	echo "mpi4py=$how MPI=$variant"
 }
 if [ -x "$venv/bin/python-mpi" ] && [ -f "$stamp" ] && cmp -s <(want) "$stamp"; then
 	echo "$PWD/$venv/bin/python-mpi"
 	exit 0
 fi
 
-echo "kbundle: installing $req into $venv (mpi4py's wheel, on $variant)" >&2
+echo "kbundle: installing $req into $venv (mpi4py: $how, on $variant)" >&2
 start=$SECONDS
 rm -f "$stamp"
 # An existing environment is updated in place (pip keeps what already
@@ -68,7 +81,11 @@ if ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
 	rm -rf "$venv"
 	/usr/bin/python3 -m venv "$venv"
 fi
-"$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check --only-binary mpi4py -r "$req" >&2
+if [ "$variant" = mpiabi ]; then
+	MPICC=$mpicc_abi "$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "${binary[@]}" -r "$req" >&2
+else
+	"$venv/bin/pip" install --quiet --no-cache-dir --disable-pip-version-check "${binary[@]}" -r "$req" >&2
+fi
 env=''
 if [ "$variant" = mpich ]; then
 	lib=''
@@ -92,9 +109,9 @@ fi
 chmod 755 "$venv/bin/python-mpi"
 # mpi4py must run on this MPI (mpi4py 4's get_config() is empty: ask the
 # library it runs on).
-got=$("$venv/bin/python-mpi" -c 'from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')
+got=$("$venv/bin/python-mpi" -c 'from mpi4py import MPI; print(("MPI-ABI " if MPI.Get_abi_version()[0] > 0 else "") + MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')
 case $variant:$got in
-"openmpi:Open MPI"* | "mpich:MPICH"*) ;;
+"openmpi:Open MPI"* | "mpich:MPICH"* | "mpiabi:MPI-ABI MPICH"*) ;;
 *)
 	echo "kbundle: mpi4py in $venv runs on \"$got\", not $variant" >&2
 	exit 1

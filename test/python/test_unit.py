@@ -102,7 +102,7 @@ class LibraryTest(unittest.TestCase):
         """library() with KBUNDLE_LIBRARY=lib: it must raise."""
         self.setenv("KBUNDLE_LIBRARY", str(lib))
         with self.assertRaises(KbundleMPIError) as cm:
-            _lib.library(OPEN_MPI)
+            _lib.library("openmpi", OPEN_MPI)
         return cm.exception
 
     def test_relative_override_is_the_file_checked(self) -> None:
@@ -114,7 +114,7 @@ class LibraryTest(unittest.TestCase):
         prog = (
             "from kbundle import _lib, KbundleMPIError\n"
             "try:\n"
-            f"    _lib.library({OPEN_MPI!r})\n"
+            f"    _lib.library('openmpi', {OPEN_MPI!r})\n"
             "except KbundleMPIError as e:\n"
             "    print(e)\n"
         )
@@ -203,6 +203,50 @@ class LibraryTest(unittest.TestCase):
     def test_missing(self) -> None:
         e = self.load(self.dir / "nonexistent.so")
         self.assertIn("nonexistent.so: no such library", e.reason)
+
+
+class AbiTest(unittest.TestCase):
+    """_lib.abi: which library mpi4py's module MPI asks for, from what
+    mpi4py reports (stand-ins for the module, as mpi4py 4.1.2's wheel,
+    a source build and mpi4py 3.1 present themselves)."""
+
+    def test_abi(self) -> None:
+        wheel = "/venv/lib/python3.11/site-packages/mpi4py/MPI.{}.cpython-311-x86_64-linux-gnu.so"
+        source = "/usr/lib/python3/dist-packages/mpi4py/MPI.cpython-311-x86_64-linux-gnu.so"
+        cases = [
+            # name, MPI.__file__, sizeof(MPI_Comm), Get_abi_version (None: mpi4py 3.1), want
+            ("wheel on Open MPI", wheel.format("openmpi"), 8, (-1, -1), "openmpi"),
+            ("wheel on MPICH or Intel MPI", wheel.format("mpich"), 4, (-1, -1), "mpich"),
+            ("a wheel with an MPI-ABI build", wheel.format("mpiabi"), 8, (1, 0), "mpi-abi"),
+            ("source build, Open MPI", source, 8, (-1, -1), "openmpi"),
+            ("source build, MPICH", source, 4, (-1, -1), "mpich"),
+            ("source build, MPI-5 ABI", source, 8, (1, 0), "mpi-abi"),
+            ("mpi4py 3.1, MPICH", source, 4, None, "mpich"),
+            ("mpi4py 3.1, Open MPI", source, 8, None, "openmpi"),
+            ("handles of another size", source, 2, None, ""),
+        ]
+        for name, file, size, abi_version, want in cases:
+            with self.subTest(name):
+                mpi = ModuleType("mpi4py.MPI")
+                mpi.__file__ = file
+                mpi.Comm = object  # type: ignore[attr-defined]
+                mpi._sizeof = lambda t, size=size: size  # type: ignore[attr-defined]
+                if abi_version is not None:
+                    mpi.Get_abi_version = lambda v=abi_version: v  # type: ignore[attr-defined]
+                self.assertEqual(_lib.abi(mpi), want)
+
+    def test_no_library_for_the_mpi_abi(self) -> None:
+        # The package has no library of the MPI-5 ABI (docs/python.md):
+        # the error names the MPI and its ABI.
+        self.assertEqual(_lib.family("mpich", "Intel(R) MPI Library 2021.19.0 for Linux* OS"), "mpich")
+        with self.assertRaises(KbundleMPIError) as cm:
+            _lib.family("mpi-abi", "MPICH Version:      5.0.2\nMPICH Release date: …")
+        self.assertEqual(
+            cm.exception.reason,
+            "kbundle is built for Open MPI and MPICH; mpi4py uses MPICH Version:      5.0.2 "
+            "through the MPI-5 standard ABI (libmpi_abi.so)",
+        )
+        self.assertIn("KBUNDLE_LIBRARY", cm.exception.hint)
 
 
 class FrameworkTest(unittest.TestCase):

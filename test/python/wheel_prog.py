@@ -1,5 +1,6 @@
 """load_bundle from an installed wheel: one JSON line per rank, which the
-install test (wheel_test.go, TestWheel) checks.
+install test (wheel_test.go, TestWheel) and TestMPIABI (mpiabi_test.go)
+check.
 
 Usage: mpirun -np N python wheel_prog.py BUNDLE DEST
 """
@@ -11,6 +12,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 import kbundle
+from kbundle import _lib
 
 comm = MPI.COMM_WORLD
 res = kbundle.load_bundle(comm, bundle=sys.argv[1], dest=sys.argv[2], strict=True)
@@ -22,6 +24,7 @@ line = {
     "library": kbundle.mpi_library(),
     "package": kbundle.__file__,
     "version": kbundle.__version__,
+    "abi": _lib.abi(MPI),
     "mpi": MPI.Get_library_version().replace("\0", "").splitlines()[0],
 }
 print(json.dumps(line), flush=True)

