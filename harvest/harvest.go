@@ -352,6 +352,12 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			w.SetMeta(k, v)
 		}
 		filled = true
+		if rec, err := bundle.ReadInstallRecord(plan.Dest); err == nil && len(rec.Presets) > 0 {
+			// The presets DEST was loaded with: a first harvest's base
+			// carries them, so the next job's load prints their exports
+			// (merge keeps the newest layer's).
+			w.SetMeta(bundle.MetaPreset, strings.Join(rec.Presets, ","))
+		}
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
 		var first error
