@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest
 
 all: build
 
@@ -89,6 +89,14 @@ wheel: deps
 # a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
 bench-nodes: build
 	scripts/bench/nodes.sh
+
+# Harvest against pack of its delta and per-node pack + merge, and the time
+# to a warm first step (cold, warm on the network FS, warm on every node,
+# kbundle load) for Numba, JAX and Inductor, on a 3-node namespace cluster
+# with sshfs as the shared file system (as root; about 13 min); see
+# docs/PERFORMANCE.md, "Harvest".
+bench-harvest: build
+	scripts/bench/harvest.sh
 
 clean:
 	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info

@@ -132,8 +132,9 @@ func exportsOf(stdout string) []string {
 // TestHarvestLoop is issue 17's loop on the 3 nodes, for real: Numba
 // (3 x 2 ranks) under Open MPI's mpirun and MPICH's Hydra, JAX and
 // PyTorch Inductor (one rank per node) under Open MPI. Job 1 starts with
-// no set (load --allow-missing), compiles cold and its harvest writes the
-// set's base; job 2 hits every kernel on every rank and harvests nothing;
+// no set (load --allow-missing --preset, the only load that names the
+// preset), compiles cold and its harvest writes the set's base, which
+// records the preset; job 2 hits every kernel on every rank and harvests nothing;
 // job 3 uses new shapes for half the functions and its harvest adds one
 // layer holding only what they compiled; job 4 loads base and layer, hits
 // everything and harvests nothing; after kbundle merge, job 5 loads the
@@ -170,7 +171,7 @@ func harvestLoop(t *testing.T, c *cluster, fw loopFramework, l launch) {
 		t.Helper()
 		job++
 		dest := filepath.Join(parent, fmt.Sprintf("job%d", job))
-		r := launched(append([]string{kb, "load", "--bundle", set, "--to", dest, "--preset", fw.preset}, loadArgs...)...)
+		r := launched(append([]string{kb, "load", "--bundle", set, "--to", dest}, loadArgs...)...)
 		if r.code != 0 {
 			t.Fatalf("job %d: load: %s", job, r)
 		}
@@ -212,7 +213,9 @@ func harvestLoop(t *testing.T, c *cluster, fw loopFramework, l launch) {
 	}
 
 	// Job 1: no set yet; every node compiles; the harvest writes the base.
-	ranks, h := runJob(false, "--allow-missing")
+	// Only this load names the preset: the base records it, and the later
+	// jobs' loads print its exports unasked.
+	ranks, h := runJob(false, "--allow-missing", "--preset", fw.preset)
 	for node := 0; node < numNodes; node++ {
 		m := 0
 		for _, r := range ranks {

@@ -1,0 +1,111 @@
+# shellcheck shell=bash
+# cluster.sh: what the multi-node benchmarks (nodes.sh, harvest.sh) share;
+# sourced, as root. Sets work (a fresh folder under /tmp, removed on
+# exit), state (the namespace cluster's, scripts/ci/nscluster-up.sh), rsh,
+# kb (kbundle built for Debian's Open MPI) and mpirun (an array: one rank
+# per node, Open MPI through the cluster's rsh agent); defines now, median
+# and rss; bench_cluster_up NODES RATE starts the cluster with its links
+# shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
+# file system on every node (below). bench_traps makes bench_cleanup run
+# on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
+# trap on a signal only once the signal itself is trapped).
+#
+# The shared file system (pfs_up): an sshd on the bridge address serves
+# $pfs_server, which every node mounts with sshfs (FUSE) at $pfs, each in
+# its own mount namespace: its own client and caches, every lookup and
+# read a round trip over the shaped links, as on NFS or Lustre (recipe:
+# ../shared/lab/sshfs). Mounted with sshfs's default caches; pfs_remount
+# remakes every mount, for a run that reads cold. Debian's sshfs and
+# openssh-server are installed with apt-get when missing.
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# rss WHAT: a wrapper that records each rank's peak RSS (KiB) in work/rss.WHAT.HOST
+rss() { echo /usr/bin/time -f %M -o "$work/rss.$1.\$(hostname)"; }
+# linkbytes: the bytes every node has sent so far, over all nodes (the
+# bridge side of each node's veth receives what the node sends): "N1 N2 ..."
+linkbytes() { local n; for n in $(seq 1 "$NODES"); do cat "/sys/class/net/kbv$n/statistics/rx_bytes"; done | tr '\n' ' '; }
+
+[[ $(id -u) == 0 ]] || { echo "${0##*/}: must run as root (namespaces, tc, mounts)" >&2; exit 1; }
+export PATH=$PATH:/usr/local/go/bin
+work=$(mktemp -d /tmp/kbundle-bench.XXXXXX)
+chmod 0755 "$work"
+state=$work/cluster
+rsh=$state/rsh
+pfs_server=$work/pfs-export
+pfs=$work/pfs
+sshd_pid=$work/sshd.pid
+
+bench_cleanup() {
+	local status=$? n
+	if ((status != 0)) && [[ -s $work/stderr.log ]]; then
+		# bench_err: the fd of the caller's stderr when it sends 2 to the log
+		echo "${0##*/}: failed; last lines of the runs' stderr:" >&"${bench_err:-2}"
+		tail -n 20 "$work/stderr.log" >&"${bench_err:-2}"
+	fi
+	if [[ -d $state/nodes ]]; then
+		for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "${NODES:-0}")}; do "$rsh" "$n" umount -l "$pfs" 2>/dev/null || true; done
+	fi
+	if [[ -s $sshd_pid ]]; then kill "$(cat "$sshd_pid")" 2>/dev/null || true; fi
+	scripts/ci/nscluster-down.sh "$state" >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+bench_traps() {
+	trap bench_cleanup EXIT
+	trap 'exit 129' HUP
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
+
+# bench_cluster_up NODES RATE
+bench_cluster_up() {
+	NODES=$1
+	local rate=$2 n node
+	KBUNDLE_NSCLUSTER_NODES=$NODES KBUNDLE_NSCLUSTER_LOCAL_SIZE=${KBUNDLE_BENCH_LOCAL_SIZE:-4g} \
+		scripts/ci/nscluster-up.sh "$state" >/dev/null
+	for n in $(seq 1 "$NODES") ctl; do
+		tc qdisc add dev "kbv$n" root tbf rate "$rate" burst 256kb latency 50ms
+		node=kbn$n
+		[[ $n == ctl ]] && node=kbctl
+		"$rsh" "$node" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+	done
+	kb=$work/kbundle
+	CC=mpicc.openmpi go build -tags mpi -o "$kb" ./cmd/kbundle
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+	# shellcheck disable=SC2054,SC2034 # the commas are MCA values; the callers use it
+	mpirun=(mpirun.openmpi --oversubscribe --mca plm_rsh_agent "$rsh"
+		--mca oob_tcp_if_include 198.18.0.0/24 --mca btl_tcp_if_include 198.18.0.0/24
+		--mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none
+		--host "$(seq -f 'kbn%g:1' -s, 1 "$NODES")" -np "$NODES")
+}
+
+# pfs_nodes: where pfs_up mounts it (default every compute node).
+pfs_mount() {
+	local n
+	for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "$NODES")}; do
+		"$rsh" "$n" sshfs -p 2222 -o IdentityFile="$work/ssh/key" -o StrictHostKeyChecking=no \
+			-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "root@198.18.0.254:$pfs_server" "$pfs"
+	done
+}
+
+pfs_up() {
+	if ! command -v sshfs >/dev/null || ! [[ -x /usr/sbin/sshd ]]; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends sshfs openssh-server >/dev/null
+	fi
+	mkdir -p "$work/ssh" "$pfs_server" "$pfs" /run/sshd
+	chmod 0755 "$pfs_server" "$pfs"
+	ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/key"
+	ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/hostkey"
+	install -m 0600 "$work/ssh/key.pub" "$work/ssh/auth"
+	/usr/sbin/sshd -p 2222 -o ListenAddress=198.18.0.254 -o HostKey="$work/ssh/hostkey" \
+		-o AuthorizedKeysFile="$work/ssh/auth" -o PidFile="$sshd_pid" \
+		-o PermitRootLogin=prohibit-password -o StrictModes=no
+	pfs_mount
+}
+
+pfs_remount() {
+	local n
+	for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "$NODES")}; do "$rsh" "$n" umount "$pfs"; done
+	pfs_mount
+}
