@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -330,5 +331,82 @@ func TestHarvestTampered(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestHarvestSignalled: a harvest signalled as scancel or a time limit
+// does (SIGTERM or SIGINT to every rank) while rank 0 holds its written,
+// unpublished layer (KBUNDLE_TEST_FAILPOINT=written:0:wait=FILE) ends
+// within 15 s with 128+N on every rank, publishes nothing, and leaves
+// nothing beside the set: rank 0 removes its temporary layer itself, no
+// later run needed. The next harvest publishes the job's files.
+func TestHarvestSignalled(t *testing.T) {
+	tree := makeTree(t)
+	compiled := map[string]string{"n0/a.bin": "compiled on node 0", "n1/b.bin": "compiled on node 1"}
+	for _, v := range testutil.MPIVariants {
+		kb := testutil.Kbundle(t, v)
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+			t.Run(string(v)+"/"+sig.String(), func(t *testing.T) {
+				set := packTree(t, tree)
+				store := filepath.Dir(set)
+				dest := filepath.Join(t.TempDir(), "dest")
+				if _, se, code := testutil.RunMPI(t, v, 2, harvestEnv, kb, "load", "-q", "--bundle", set, "--to", dest); code != 0 {
+					t.Fatalf("load: exit %d\n%s", code, se)
+				}
+				for n, c := range compiled {
+					writeFile(t, filepath.Join(dest+".node"+n[1:2], n), []byte(c))
+				}
+				before, _ := snapshot(t, store)
+				ctx, cancel := context.WithTimeout(context.Background(), testutil.LaunchTimeout)
+				defer cancel()
+				gate := filepath.Join(t.TempDir(), "go")
+				wrap, codes := tracedWrapper(t, false)
+				cmd := testutil.MPICommand(ctx, v, 2, wrap, kb, "harvest", "--timeout", "60s", "--bundle", set, "--to", dest)
+				cmd.Env = append(cmd.Env, append([]string{"KBUNDLE_TEST_FAILPOINT=written:0:wait=" + gate}, append(harvestEnv, keepGoing...)...)...)
+				var se bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &se, &se
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, gate+".reached")
+				if _, left := snapshot(t, store); len(left) == 0 {
+					t.Fatalf("no temporary layer beside the set while rank 0 holds it: the test proves nothing")
+				}
+				start := time.Now()
+				pids := testutil.Processes(kb)
+				if len(pids) != 2 {
+					t.Errorf("found %d kbundle ranks, want 2", len(pids))
+				}
+				for _, pid := range pids {
+					syscall.Kill(pid, sig)
+				}
+				cmd.Wait()
+				took := time.Since(start)
+				if ctx.Err() != nil {
+					t.Fatalf("the signalled harvest hung\n%s", se.String())
+				}
+				settledCodes(t, codes, 2, 128+int(sig), se.String())
+				if took > 15*time.Second {
+					t.Errorf("took %v to stop", took)
+				}
+				after, left := snapshot(t, store)
+				if len(left) != 0 {
+					t.Errorf("left beside the set: %q\n%s", left, se.String())
+				}
+				if !maps.Equal(before, after) {
+					t.Errorf("the set changed: before %v, after %v", before, after)
+				}
+				t.Logf("%s at written: every rank exit %d after %v", sig, 128+int(sig), took.Round(time.Millisecond))
+				if _, out, code := testutil.RunMPI(t, v, 2, harvestEnv, kb, "harvest", "--timeout", "60s", "--bundle", set, "--to", dest); code != 0 {
+					t.Fatalf("the next harvest: exit %d\n%s", code, out)
+				}
+				got := setFiles(t, set)
+				for n, c := range compiled {
+					if got[n] != c {
+						t.Errorf("the set lacks %s after the next harvest", n)
+					}
+				}
+			})
+		}
 	}
 }
