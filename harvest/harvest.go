@@ -170,6 +170,9 @@ type list struct {
 	NoRecord    bool
 	Missing     bool
 	Origin      string
+	// Presets are the presets DEST was loaded with (its install record):
+	// rank 0's go into the layer. Not sent.
+	Presets []string `json:"-"`
 	// Used are the cache units read since the install: unit → the newest
 	// access time (ns) of its files. UsageUnknown says why the node
 	// cannot tell ("": it can).
@@ -352,11 +355,11 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			w.SetMeta(k, v)
 		}
 		filled = true
-		if rec, err := bundle.ReadInstallRecord(plan.Dest); err == nil && len(rec.Presets) > 0 {
+		if len(mine.Presets) > 0 {
 			// The presets DEST was loaded with: a first harvest's base
 			// carries them, so the next job's load prints their exports
 			// (merge keeps the newest layer's).
-			w.SetMeta(bundle.MetaPreset, strings.Join(rec.Presets, ","))
+			w.SetMeta(bundle.MetaPreset, strings.Join(mine.Presets, ","))
 		}
 		w.SetMeta(bundle.MetaOrigin, origin)
 		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
@@ -544,7 +547,7 @@ func scan(dest string) *list {
 		l.Err = fmt.Sprintf("%s: %v (harvest compares a DEST that kbundle load installed with its install record)", dest, err)
 		return l
 	}
-	l.Origin = rec.Origin
+	l.Origin, l.Presets = rec.Origin, rec.Presets
 	// Reads since the install, told by access times: taken from each
 	// file's lstat below, before anything reads it (and harvest reads
 	// with O_NOATIME).
@@ -1029,14 +1032,8 @@ func recvPiece(p P2P, r int, b []byte) error {
 	if err != nil {
 		return err
 	}
-	out, err := unpackPiece(b, msg)
-	if err != nil {
-		return err
-	}
-	if len(out) > 0 && &out[0] != &b[0] {
-		copy(b, out)
-	}
-	return nil
+	_, err = unpackPiece(b, msg) // in b's storage: exactly len(b) bytes, or an error
+	return err
 }
 
 // recvFile receives f from leader r into w. Every byte is received even

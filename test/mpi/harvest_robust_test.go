@@ -128,6 +128,23 @@ func writeFile(t *testing.T, p string, b []byte) {
 	}
 }
 
+// loadedJob packs tree into a fresh set, loads it at 2 ranks on fake
+// nodes (DEST.node0, DEST.node1) and writes what the job "compiled":
+// "nN/…" names go into node N's DEST. It returns the set, its folder and
+// DEST.
+func loadedJob(t *testing.T, v testutil.Variant, kb, tree string, compiled map[string]string) (set, store, dest string) {
+	t.Helper()
+	set = packTree(t, tree)
+	dest = filepath.Join(t.TempDir(), "dest")
+	if _, se, code := testutil.RunMPI(t, v, 2, harvestEnv, kb, "load", "-q", "--bundle", set, "--to", dest); code != 0 {
+		t.Fatalf("load: exit %d\n%s", code, se)
+	}
+	for n, c := range compiled {
+		writeFile(t, filepath.Join(dest+".node"+n[1:2], n), []byte(c))
+	}
+	return set, filepath.Dir(set), dest
+}
+
 // TestHarvestKilled (issue 17): a harvest whose rank 0 or leader is
 // SIGKILLed at each step (KBUNDLE_TEST_FAILPOINT) leaves the set's files
 // as they were, byte for byte, and no partial layer visible; only a kill
@@ -153,15 +170,7 @@ func TestHarvestKilled(t *testing.T) {
 			kb := testutil.Kbundle(t, v)
 			for _, s := range steps {
 				t.Run(fmt.Sprintf("%s:%d", s.step, s.rank), func(t *testing.T) {
-					set := packTree(t, tree)
-					store := filepath.Dir(set)
-					dest := filepath.Join(t.TempDir(), "dest")
-					if _, se, code := testutil.RunMPI(t, v, 2, harvestEnv, kb, "load", "-q", "--bundle", set, "--to", dest); code != 0 {
-						t.Fatalf("load: exit %d\n%s", code, se)
-					}
-					for n, c := range compiled {
-						writeFile(t, filepath.Join(dest+".node"+n[1:2], n), []byte(c))
-					}
+					set, store, dest := loadedJob(t, v, kb, tree, compiled)
 					keep := decoys(t, store)
 					before, _ := snapshot(t, store)
 					env := append([]string{fmt.Sprintf("KBUNDLE_TEST_FAILPOINT=%s:%d", s.step, s.rank)}, harvestEnv...)
@@ -347,15 +356,7 @@ func TestHarvestSignalled(t *testing.T) {
 		kb := testutil.Kbundle(t, v)
 		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 			t.Run(string(v)+"/"+sig.String(), func(t *testing.T) {
-				set := packTree(t, tree)
-				store := filepath.Dir(set)
-				dest := filepath.Join(t.TempDir(), "dest")
-				if _, se, code := testutil.RunMPI(t, v, 2, harvestEnv, kb, "load", "-q", "--bundle", set, "--to", dest); code != 0 {
-					t.Fatalf("load: exit %d\n%s", code, se)
-				}
-				for n, c := range compiled {
-					writeFile(t, filepath.Join(dest+".node"+n[1:2], n), []byte(c))
-				}
+				set, store, dest := loadedJob(t, v, kb, tree, compiled)
 				before, _ := snapshot(t, store)
 				ctx, cancel := context.WithTimeout(context.Background(), testutil.LaunchTimeout)
 				defer cancel()
