@@ -23,7 +23,6 @@ package harvest
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,8 +55,16 @@ type P2P = broadcast.P2P
 
 // A Plan says what Run harvests.
 type Plan struct {
-	Bundle       string // the set's path; rank 0's is used
-	Dest         string // this node's DEST (as given to load)
+	// Bundle is the set's path; rank 0's is used. "": the set rank 0's
+	// DEST was loaded from (its install record's first layer).
+	Bundle string
+	Dest   string // this node's DEST (as given to load, or its default)
+	// Search, when not "", is the prefix of the user's default DESTs
+	// (load.DestPrefix): Dest was not given but is the job's default,
+	// and a leader where it does not exist harvests the newest tree of
+	// the user's named so that kbundle installed from the set on this
+	// host (a bare mpirun's launches each have a job id of their own).
+	Search       string
 	Host         string // this node's name, for the report
 	RanksPerNode int    // as load.Plan.RanksPerNode (tests)
 	Chunk        int    // file bytes per message, before compression; 0: DefaultChunk
@@ -69,9 +76,10 @@ type Plan struct {
 	// past it, rank 0 merges the set without its least recently used
 	// cache units, down to 90 % (bundle.MergeOptions.MaxSize).
 	MaxSize int64
-	// Meta is more metadata for the layer (rank 0's): the machine and
-	// toolchain of the job that compiled it (docs/FORMAT.md).
-	Meta map[string]string
+	// Meta, given rank 0's DEST, is more metadata for the layer: the
+	// machine and toolchain of the job that compiled it (docs/FORMAT.md).
+	// Called on rank 0 only, and only when a layer is written.
+	Meta func(dest string) map[string]string
 	// Failpoint, when not nil, is called at each step of the harvest, for
 	// tests that kill a rank there: "announce" (a leader sent its list;
 	// rank 0 received them all), "transfer" (a leader sent its first
@@ -122,7 +130,12 @@ type NodeReport struct {
 	Error      string `json:"error,omitempty"`
 	NoRecord   bool   `json:"no_record,omitempty"`
 	MissingDir bool   `json:"missing_dest,omitempty"`
-	UnitsUsed  int    `json:"units_used"` // cache units of DEST read since the install
+	// Dest is the DEST harvested (or, with missing_dest, looked for);
+	// DestNote says how it was found when it is not the one given or the
+	// job's default, or what was looked for when none was.
+	Dest      string `json:"dest"`
+	DestNote  string `json:"dest_note,omitempty"`
+	UnitsUsed int    `json:"units_used"` // cache units of DEST read since the install
 	// UsageUnknown says why the node could not tell what the job read
 	// (its DEST is mounted noatime): every unit counts as used.
 	UsageUnknown string `json:"usage_unknown,omitempty"`
@@ -170,6 +183,12 @@ type list struct {
 	NoRecord    bool
 	Missing     bool
 	Origin      string
+	// Set is the set DEST was loaded from (its record's first layer);
+	// DestNote as NodeReport's; Refused a refusal (ErrRefused) of this
+	// leader's: two trees equally likely to be its DEST.
+	Set      string
+	DestNote string
+	Refused  string
 	// Presets are the presets DEST was loaded with (its install record):
 	// rank 0's go into the layer. Not sent.
 	Presets []string `json:"-"`
@@ -204,6 +223,11 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		return nil, commErr("split by node", err)
 	}
 	defer node.Free()
+	leader := node.Rank() == 0
+	var where destFound
+	if err := shareSet(world, &plan, leader, &where); err != nil {
+		return nil, err
+	}
 	first, err := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
 	if err != nil {
 		return nil, commErr("node ranks", err)
@@ -212,7 +236,6 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	if err != nil {
 		return nil, commErr("node ranks", err)
 	}
-	leader := node.Rank() == 0
 	color := 1
 	if leader {
 		color = 0
@@ -224,44 +247,45 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	defer group.Free()
 	var out []byte
 	if leader {
-		out, err = lead(ctx, group, plan, int(first), int(last))
+		out, err = lead(ctx, group, plan, int(first), int(last), where)
 		if err != nil {
 			return nil, err // a communicator failure: local
 		}
 	}
 	// Rank 0 (a leader, rank 0 of the leaders) tells every rank.
-	n := []byte{0, 0, 0, 0, 0, 0, 0, 0}
-	binary.LittleEndian.PutUint64(n, uint64(len(out)))
-	if err := world.Bcast(n, 0); err != nil {
-		return nil, commErr("outcome", err)
-	}
-	if world.Rank() != 0 {
-		out = make([]byte, binary.LittleEndian.Uint64(n))
-	}
-	if err := world.Bcast(out, 0); err != nil {
+	if out, err = bcastBytes(world, out, maxMsg); err != nil {
 		return nil, commErr("outcome", err)
 	}
 	var res struct {
-		Sum *Summary
-		Err string
+		Sum     *Summary
+		Err     string
+		Refused bool
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("harvest: outcome from rank 0: %w", err)
 	}
-	if res.Err != "" {
+	switch {
+	case res.Err != "" && res.Refused:
+		return res.Sum, &refusal{res.Err}
+	case res.Err != "":
 		return res.Sum, errors.New(res.Err)
 	}
 	return res.Sum, nil
 }
 
 // lead is a leader's part; on rank 0 it returns the outcome to broadcast.
-func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last int) ([]byte, error) {
+func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last int, where destFound) ([]byte, error) {
 	p2p, ok := group.(P2P)
 	if !ok && group.Size() > 1 {
 		return nil, commErr("leaders", errors.New("the communicator has no point-to-point Send and Recv"))
 	}
-	mine := scan(plan.Dest)
+	plan.Dest = where.dest
+	mine := &list{Dest: absDest(where.dest), Missing: true}
+	if where.refused == "" {
+		mine = scan(where.dest)
+	}
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
+	mine.DestNote, mine.Refused = where.note, where.refused
 	if group.Rank() != 0 {
 		b, _ := json.Marshal(mine)
 		if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {
@@ -313,6 +337,14 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		lists = append(lists, l)
 	}
 	plan.failpoint("announce")
+	if err := checkSet(plan, lists); err != nil {
+		for r := 1; r < group.Size(); r++ {
+			if err := sendChoice(p2p, r, nil, ""); err != nil {
+				return nil, err
+			}
+		}
+		return outcome(&Summary{Set: plan.Bundle, DryRun: plan.DryRun, Nodes: []NodeReport{}}, err), nil
+	}
 	have, units := setView(plan.Bundle, plan.Trust)
 	sum, choice := choose(lists, have)
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
@@ -351,8 +383,10 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	var commFail error
 	filled := false
 	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust, Failpoint: plan.Failpoint}, func(w *bundle.Writer) error {
-		for k, v := range plan.Meta {
-			w.SetMeta(k, v)
+		if plan.Meta != nil {
+			for k, v := range plan.Meta(mine.Dest) {
+				w.SetMeta(k, v)
+			}
 		}
 		filled = true
 		if len(mine.Presets) > 0 {
@@ -422,11 +456,13 @@ var errChanged = errors.New("changed since listed")
 
 func outcome(sum *Summary, err error) []byte {
 	v := struct {
-		Sum *Summary
-		Err string
+		Sum     *Summary
+		Err     string
+		Refused bool
 	}{Sum: sum}
 	if err != nil {
 		v.Err = "harvest: " + err.Error()
+		v.Refused = errors.Is(err, ErrRefused)
 	}
 	b, _ := json.Marshal(v)
 	return b
@@ -501,7 +537,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	units := map[string]bool{}
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
-			UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
+			Dest: l.Dest, DestNote: l.DestNote, UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
 		for i, f := range l.Files {
 			u := bundle.CacheUnit(f.Name)
 			if held[u] {
@@ -547,7 +583,7 @@ func scan(dest string) *list {
 		l.Err = fmt.Sprintf("%s: %v (harvest compares a DEST that kbundle load installed with its install record)", dest, err)
 		return l
 	}
-	l.Origin, l.Presets = rec.Origin, rec.Presets
+	l.Origin, l.Presets, l.Set = rec.Origin, rec.Presets, rec.Layers[0].Path
 	// Reads since the install, told by access times: taken from each
 	// file's lstat below, before anything reads it (and harvest reads
 	// with O_NOATIME).

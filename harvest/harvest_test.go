@@ -47,6 +47,21 @@ func installed(t *testing.T, set, dest string, nodes int) {
 	}
 }
 
+// installMissing installs what load --allow-missing does where no set
+// exists yet at set: an empty tree, its record naming set.
+func installMissing(t *testing.T, set, dest string, nodes int) {
+	t.Helper()
+	s, err := bundle.EmptySet(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 0; n < nodes; n++ {
+		if _, err := s.Read[0].Extract(context.Background(), fmt.Sprintf("%s.node%d", dest, n), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func write(t *testing.T, dest, name, content string) {
 	t.Helper()
 	p := filepath.Join(dest, filepath.FromSlash(name))
@@ -61,27 +76,38 @@ func write(t *testing.T, dest, name, content string) {
 // run harvests on a world of nodes fake nodes, ranksPerNode ranks each.
 func run(t *testing.T, set, dest string, nodes, ranksPerNode int) []*Summary {
 	t.Helper()
+	sums, errs := runEach(set, dest, nodes, ranksPerNode, func(*Plan) {})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	return sums
+}
+
+// runEach harvests on a world of nodes fake nodes of ranksPerNode ranks
+// (hosts kbnN), the plan changed by edit: every rank's summary and error.
+func runEach(set, dest string, nodes, ranksPerNode int, edit func(*Plan)) ([]*Summary, []error) {
 	ids := make([]int, nodes*ranksPerNode)
 	for i := range ids {
 		ids[i] = i / ranksPerNode
 	}
-	world := broadcasttest.World(ids...)
 	type out struct {
 		s   *Summary
 		err error
 	}
-	res := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) out {
-		s, err := Run(context.Background(), c, Plan{Bundle: set, Dest: dest, Host: fmt.Sprintf("kbn%d", c.Rank()/ranksPerNode), RanksPerNode: ranksPerNode, Chunk: 7})
+	res := broadcasttest.OnEveryRank(broadcasttest.World(ids...), func(c *broadcasttest.Comm) out {
+		p := Plan{Bundle: set, Dest: dest, Host: fmt.Sprintf("kbn%d", c.Rank()/ranksPerNode), RanksPerNode: ranksPerNode, Chunk: 7}
+		edit(&p)
+		s, err := Run(context.Background(), c, p)
 		return out{s, err}
 	})
 	var sums []*Summary
-	for r, o := range res {
-		if o.err != nil {
-			t.Fatalf("rank %d: %v", r, o.err)
-		}
-		sums = append(sums, o.s)
+	var errs []error
+	for _, o := range res {
+		sums, errs = append(sums, o.s), append(errs, o.err)
 	}
-	return sums
+	return sums, errs
 }
 
 func layerFiles(t *testing.T, p string) map[string]string {
@@ -179,8 +205,7 @@ func TestNothingCompiledNoLayer(t *testing.T) {
 func TestFirstHarvestAndSkips(t *testing.T) {
 	dir := t.TempDir()
 	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
-	empty := filepath.Join(dir, "empty.kbundle")
-	install(t, empty, dest, 1, nil)
+	installMissing(t, set, dest, 1)
 	d := dest + ".node0"
 	h := strings.Repeat("B", 52)
 	write(t, d, "triton/"+h+"/k.cubin", "cubin")

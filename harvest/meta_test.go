@@ -19,7 +19,12 @@ func TestLayerMeta(t *testing.T) {
 	world := broadcasttest.World(0)
 	errs := broadcasttest.OnEveryRank(world, func(c *broadcasttest.Comm) error {
 		_, err := Run(context.Background(), c, Plan{Bundle: set, Dest: dest, RanksPerNode: 1,
-			Meta: map[string]string{bundle.MetaTriton: "3.6.0", bundle.MetaCreator: "not kbundle"}})
+			Meta: func(d string) map[string]string {
+				if d != dest+".node0" {
+					t.Errorf("Meta of %s, want rank 0's DEST %s.node0", d, dest)
+				}
+				return map[string]string{bundle.MetaTriton: "3.6.0", bundle.MetaCreator: "not kbundle"}
+			}})
 		return err
 	})
 	if errs[0] != nil {

@@ -10,34 +10,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
 	"golang.org/x/sys/unix"
 )
 
-// runPlan is run with the plan changed by edit.
+// runPlan is run with the plan changed by edit (job 42).
 func runPlan(t *testing.T, set, dest string, nodes, ranksPerNode int, edit func(*Plan)) *Summary {
 	t.Helper()
-	ids := make([]int, nodes*ranksPerNode)
-	for i := range ids {
-		ids[i] = i / ranksPerNode
-	}
-	type out struct {
-		s   *Summary
-		err error
-	}
-	res := broadcasttest.OnEveryRank(broadcasttest.World(ids...), func(c *broadcasttest.Comm) out {
-		p := Plan{Bundle: set, Dest: dest, Host: fmt.Sprintf("kbn%d", c.Rank()/ranksPerNode), RanksPerNode: ranksPerNode, Chunk: 7, Job: "42"}
-		edit(&p)
-		s, err := Run(context.Background(), c, p)
-		return out{s, err}
-	})
-	for r, o := range res {
-		if o.err != nil {
-			t.Fatalf("rank %d: %v", r, o.err)
+	sums, errs := runEach(set, dest, nodes, ranksPerNode, func(p *Plan) { p.Job = "42"; edit(p) })
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	return res[0].s
+	return sums[0]
 }
 
 // unitFiles are three Numba units of 30 bytes each (index and one data

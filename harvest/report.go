@@ -22,8 +22,10 @@ func Report(s *Summary) []string {
 	for _, n := range s.Nodes {
 		var text string
 		switch {
+		case n.MissingDir && n.DestNote != "":
+			text = "no DEST: " + n.DestNote + "; pass --to the DEST load printed"
 		case n.MissingDir:
-			text = "no DEST (nothing loaded here)"
+			text = "no DEST at " + n.Dest + " (nothing loaded here)"
 		case n.Error != "":
 			text = "not harvested: " + n.Error
 		default:
@@ -34,6 +36,9 @@ func Report(s *Summary) []string {
 			text = fmt.Sprintf("compiled %d %s (%s) the bundle lacked", n.Entries, what, Size(n.Bytes))
 			if n.Elsewhere > 0 {
 				text += fmt.Sprintf("; %d also on other nodes", n.Elsewhere)
+			}
+			if n.DestNote != "" {
+				text += "; DEST " + n.Dest + ": " + n.DestNote
 			}
 			if n.UsageUnknown != "" {
 				text += "; what it read is unknown (" + n.UsageUnknown + "): every unit counts as used"

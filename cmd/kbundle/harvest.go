@@ -1,37 +1,36 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-	"unicode"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/broadcast"
-	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
-	"github.com/kbundle/kbundle/harvest"
-	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
 )
 
 func init() {
 	register(&cli.Command{
 		Name:      "harvest",
 		Usage:     "gather what a job compiled into its bundle set, as a new layer (collective, launched like load)",
-		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [--bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--json] [--dry-run]",
-		Description: "Each node leader compares its DEST (as given to load; the same default) with\n" +
-			"the install record load wrote there (relocation undone, so an unchanged kernel\n" +
-			"is not \"changed\") and sends rank 0 the list of its new and changed files.\n" +
+		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [PATH | --bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--json] [--dry-run]",
+		Description: "Each node leader compares its DEST with the install record load wrote there\n" +
+			"(relocation undone, so an unchanged kernel is not \"changed\"). Without --to, DEST\n" +
+			"is load's default for this job; where that does not exist (a bare mpirun gives\n" +
+			"each launch a job id of its own) the leader takes the newest tree of yours under\n" +
+			"$TMPDIR/kbundle-USER-* that kbundle installed from the set on this node, names it\n" +
+			"in its line, and refuses (exit 2) when two such trees were installed within 2 s\n" +
+			"of each other. Without a set (PATH, --bundle, --dir or the variables), the set\n" +
+			"is the one rank 0's DEST was loaded from; a DEST loaded from another set than\n" +
+			"PATH is refused (exit 2), as is a PATH that is a directory. Each leader sends\n" +
+			"rank 0 the list of its new and changed files.\n" +
 			"Rank 0 takes each cache unit (a Numba index with its data files, a Triton hash\n" +
 			"directory) whole from the lowest rank holding it; only those bytes move, and\n" +
 			"rank 0 writes them as one new layer of the set at PATH (PATH itself when no\n" +
@@ -45,17 +44,17 @@ func init() {
 			"its least recently used units, down to 90 % of SIZE (not when some node could\n" +
 			"not tell what the job read); --dry-run says what that would drop.\n\n" +
 			"Exit status, the same on every rank: 0 harvested (or nothing to harvest),\n" +
-			"1 error (nothing was published).",
+			"1 error (nothing was published), 2 usage error or refusal (nothing was published).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "the bundle set's `PATH` [$KBUNDLE_BUNDLE]"},
+			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "the bundle set's `PATH` (or give it as the argument; default: the set DEST was loaded from) [$KBUNDLE_BUNDLE]"},
 			dirFlag,
-			&cli.StringFlag{Name: "to", EnvVars: []string{"KBUNDLE_LOCAL_DIR"}, Usage: "node-local `DEST` that load installed"},
+			&cli.StringFlag{Name: "to", Usage: "node-local `DEST` that load installed (default: the job's, found by its install record) [$KBUNDLE_LOCAL_DIR]"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested and pruned; move and write nothing"},
 			maxSizeFlag,
 			quietFlag,
-			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
-				Usage: "end the harvest (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m)"},
+			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout},
+				Usage: "end the harvest (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m) [$KBUNDLE_TIMEOUT]"},
 		},
 		Action: harvestAction,
 	})
@@ -67,24 +66,30 @@ func harvestAction(c *cli.Context) (err error) {
 		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
 	}
 	l := newLoader(c, det)
-	if c.NArg() > 0 {
-		return l.fail(fmt.Sprintf("harvest takes no arguments (got %q)", c.Args().First()), exitUsage)
+	// The front door, as load's and Python's harvest(): the settings
+	// resolved by loadcmd (--bundle or the argument, then --dir,
+	// KBUNDLE_BUNDLE, KBUNDLE_CACHE_DIR, else the set DEST was loaded
+	// from; --to, then KBUNDLE_LOCAL_DIR, else the job's DEST, found by
+	// its install record; --timeout, then KBUNDLE_TIMEOUT).
+	r := loadcmd.HarvestRequest{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), DryRun: c.Bool("dry-run"), MaxSize: maxSize(c)}
+	switch {
+	case c.NArg() > 1:
+		return l.fail(fmt.Sprintf("harvest takes one bundle set (got %q and %q)", c.Args().Get(0), c.Args().Get(1)), exitUsage)
+	case c.NArg() == 1 && r.Bundle != "":
+		return l.fail(fmt.Sprintf("pass the set once: --bundle %s or %s, not both", safe(r.Bundle), safe(c.Args().First())), exitUsage)
+	case c.NArg() == 1:
+		r.Bundle = c.Args().First()
 	}
-	// The rule load follows: --bundle, then --dir, then KBUNDLE_BUNDLE,
-	// then KBUNDLE_CACHE_DIR.
-	path := c.String("bundle")
-	if dir := c.String("dir"); path == "" && dir != "" && dir != os.Getenv(broadcast.CacheDirEnv) {
-		path = filepath.Join(dir, broadcast.BundleName)
+	if c.IsSet("timeout") {
+		s := timeout(c).Seconds()
+		r.Timeout = &s
 	}
-	if path == "" {
-		path = loadcmd.DefaultBundle(os.Getenv)
-	}
-	if path == "" {
-		return l.fail("no bundle set: pass --bundle PATH or --dir DIR, or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR", exitUsage)
-	}
-	trust, err := trustPolicy()
-	if err != nil {
+	if _, err := testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), 0); err != nil {
 		return l.fail(err.Error(), exitUsage)
+	}
+	opts, err := loadcmd.ResolveHarvest(r, loadcmd.CLI, l.rank)
+	if err != nil {
+		return l.harvestFailure(loadcmd.HarvestFailure(loadcmd.CLI, err))
 	}
 	if err := l.mismatch(det, 0); err != nil {
 		return err
@@ -93,7 +98,7 @@ func harvestAction(c *cli.Context) (err error) {
 	usingMPI := mpi.Enabled && (det.MPI || derr != nil)
 	if usingMPI {
 		// As load joins MPI: the same refusal and guard.
-		w, done, jerr := l.joinMPI(det, "harvest", timeout(c))
+		w, done, jerr := l.joinMPI(det, "harvest", opts.Timeout)
 		if jerr != nil {
 			return jerr
 		}
@@ -102,78 +107,29 @@ func harvestAction(c *cli.Context) (err error) {
 	} else if det.MPI && det.Size > 1 {
 		return l.fail("this kbundle was built without MPI: harvest needs one (build with `CC=mpicc go build -tags mpi ./cmd/kbundle`)", exitUsage)
 	}
-	job, err := loadcmd.JobID(world, os.Getenv)
-	if err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	to := c.String("to")
-	// DEST is a path on stdout's lines, for scripts: no control characters.
-	if strings.IndexFunc(to, unicode.IsControl) >= 0 {
-		return l.fail(fmt.Sprintf("--to %s: control characters are not allowed in DEST", safe(to)), exitUsage)
-	}
-	dest, err := loadcmd.Dest(to, os.Getenv, job)
-	if err != nil {
-		return l.fail(err.Error(), exitUsage)
-	}
-	lp, err := loadcmd.Knobs(os.Getenv)
-	if err != nil {
-		return l.fail(err.Error(), exitUsage)
-	}
-	host, _ := os.Hostname()
-	plan := harvest.Plan{Bundle: path, Dest: dest, Host: host, Trust: trust, DryRun: c.Bool("dry-run"), Job: job, MaxSize: maxSize(c)}
-	if usingMPI {
-		plan.RanksPerNode = lp.RanksPerNode
-	}
-	if world.Rank() == 0 && !plan.DryRun {
-		plan.Meta = harvestMeta(fakeNodeDest(dest, lp.RanksPerNode, usingMPI))
-	}
-	if plan.Failpoint, err = testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), world.Rank()); err != nil {
-		return l.fail(err.Error(), exitUsage)
-	}
-	sum, err := harvest.Run(c.Context, world, plan)
-	if err != nil {
-		if errors.Is(err, broadcast.ErrComm) || sum == nil {
-			return cli.Exit(err, exitError)
-		}
-		return l.fail(err.Error(), exitError)
+	fp, _ := testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), world.Rank())
+	opts.SetFailpoint(fp)
+	o := loadcmd.Harvest(c.Context, world, loadcmd.CLI, opts, nil, usingMPI)
+	if !o.OK {
+		return l.harvestFailure(o)
 	}
 	if !l.speaker {
 		return nil
 	}
 	if c.Bool("json") {
-		writeHarvestJSON(c, path, sum)
+		writeHarvestJSON(c, o.Set, &o.Summary)
 	}
 	if !c.Bool("quiet") {
-		for _, line := range loadcmd.HarvestReport(sum) {
+		for _, line := range o.Report {
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", line)
 		}
 	}
 	return nil
 }
 
-// harvestMeta is what rank 0 records in the layer: this machine and the
-// toolchain of the presets its DEST was installed with (its install
-// record), as warm records them for the base.
-func harvestMeta(dest string) map[string]string {
-	var presets []*warmup.Preset
-	if rec, err := bundle.ReadInstallRecord(dest); err == nil {
-		presets, _ = warmup.ParseList(rec.Presets...)
-	}
-	m := hostinfo.Collect()
-	tc, _ := toolchainMeta(presets, "")
-	for k, v := range tc {
-		m[k] = v
-	}
-	return m
-}
-
-// fakeNodeDest is rank 0's DEST under KBUNDLE_TEST_RANKS_PER_NODE
-// (load.FakeNodeDest of rank 0), when the harvest runs over MPI.
-func fakeNodeDest(dest string, ranksPerNode int, usingMPI bool) string {
-	if !usingMPI {
-		return dest
-	}
-	return load.FakeNodeDest(dest, ranksPerNode, 0)
+// harvestFailure is failure for a harvest's outcome.
+func (l *loader) harvestFailure(o loadcmd.HarvestOutcome) error {
+	return l.failure(loadcmd.Outcome{Kind: o.Kind, Reason: o.Reason, Hint: o.Hint})
 }
 
 // testFailpoint is the harvest's failpoint for tests from

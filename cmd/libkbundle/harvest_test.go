@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,15 +103,19 @@ func TestHarvest(t *testing.T) {
 		t.Errorf("a second harvest wrote a layer: %v", m)
 	}
 
-	// The set's directory is missing: rank 0 cannot write; every rank
-	// fails alike, nothing is published.
+	// Another set than DEST was loaded from (U35): every rank is refused
+	// alike, in Python's words, and nothing is written.
 	missing := filepath.Join(t.TempDir(), "nodir", "set.kbundle")
 	fs := harvestAll(t, nodes, func(int) loadcmd.HarvestRequest {
 		return loadcmd.HarvestRequest{Bundle: missing, Dest: dest, Environ: env}
 	})
 	sameHarvest(t, fs)
-	if f := fs[0]; f.OK || f.Kind != loadcmd.Failed || !strings.HasPrefix(f.Reason, "harvest: cannot write a layer of "+missing) {
-		t.Errorf("set's directory missing: %+v", f)
+	if f := fs[0]; f.OK || f.Kind != loadcmd.Usage || !strings.Contains(f.Reason, "was loaded from "+file+", not from "+missing) ||
+		!strings.HasSuffix(f.Reason, "pass bundle="+file) {
+		t.Errorf("another set: %+v", f)
+	}
+	if _, err := os.Lstat(filepath.Dir(missing)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused harvest made %s", filepath.Dir(missing))
 	}
 
 	// A DEST that load did not install: named in the report, not an error.
@@ -121,17 +126,17 @@ func TestHarvest(t *testing.T) {
 		t.Errorf("no install record: %+v", p)
 	}
 
-	// Only rank 0 needs a set: its missing one is every rank's usage error.
+	// Only rank 0's set is used; none given, it is the one its DEST was
+	// loaded from (U36).
 	us := harvestAll(t, nodes, func(rank int) loadcmd.HarvestRequest {
 		if rank == 0 {
-			return loadcmd.HarvestRequest{Dest: dest}
+			return loadcmd.HarvestRequest{Dest: dest, Environ: env}
 		}
-		return loadcmd.HarvestRequest{Bundle: file, Dest: dest}
+		return loadcmd.HarvestRequest{Bundle: "/elsewhere.kbundle", Dest: dest, Environ: env}
 	})
 	sameHarvest(t, us)
-	if u := us[0]; u.OK || u.Kind != loadcmd.Usage ||
-		u.Reason != "no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR" {
-		t.Errorf("no set: %+v", u)
+	if u := us[0]; !u.OK || u.Set != file {
+		t.Errorf("no set: %+v, want %s", u, file)
 	}
 	us = harvestAll(t, nodes, func(rank int) loadcmd.HarvestRequest {
 		r := loadcmd.HarvestRequest{Bundle: file, Dest: dest}

@@ -5,15 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
 	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/warmup"
 )
 
 // The harvest's front door, beside the load's: `kbundle harvest`'s
@@ -27,12 +32,17 @@ import (
 // A HarvestRequest is what the user asked of a harvest; the zero value
 // asks for every default. It is also kbundle_harvest's JSON argument.
 type HarvestRequest struct {
-	Bundle  string            `json:"bundle"`  // the set; "": not given
-	Dir     string            `json:"-"`       // the cache directory (the CLI's --dir); "": not given
-	Dest    string            `json:"dest"`    // the DEST load installed; "": not given
-	Timeout *float64          `json:"timeout"` // seconds; nil: not given; 0: none
-	DryRun  bool              `json:"dry_run"` // report what would be harvested; move and write nothing
-	Environ map[string]string `json:"environ"` // as Request.Environ
+	// Bundle is the set; "": not given (then $KBUNDLE_BUNDLE, else
+	// $KBUNDLE_CACHE_DIR's, else the set DEST was loaded from).
+	Bundle  string            `json:"bundle"`
+	Dir     string            `json:"-"`        // the cache directory (the CLI's --dir); "": not given
+	Dest    string            `json:"dest"`     // the DEST load installed; "": not given
+	Timeout *float64          `json:"timeout"`  // seconds; nil: not given; 0: none
+	DryRun  bool              `json:"dry_run"`  // report what would be harvested; move and write nothing
+	MaxSize int64             `json:"max_size"` // bound the set's merged view (harvest.Plan.MaxSize); 0: none
+	Environ map[string]string `json:"environ"`  // as Request.Environ
+	// Failpoint is harvest.Plan.Failpoint (tests).
+	Failpoint func(step string) `json:"-"`
 }
 
 // HarvestOptions are a resolved HarvestRequest: everything a harvest
@@ -71,23 +81,54 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 	if err != nil {
 		return o, &usageError{err}
 	}
-	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun}
+	if r.MaxSize < 0 {
+		return o, usagef("%s: want a size of 0 or more", f.given("max-size", r.MaxSize))
+	}
+	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
+		Failpoint: r.Failpoint, Meta: HarvestMeta(o.getenv)}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
 	if f == CLI && strings.IndexFunc(o.dest, unicode.IsControl) >= 0 {
 		return o, usagef("--to %s: control characters are not allowed in DEST", Safe(o.dest))
 	}
-	none := lr.Bundle == "" && lr.Dir == "" && o.getenv("KBUNDLE_BUNDLE") == "" && o.getenv(broadcast.CacheDirEnv) == ""
-	switch {
-	case none && f == CLI:
-		return o, usagef("no bundle set: pass --bundle PATH or --dir DIR, or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
-	case none && rank == 0: // only rank 0's set is used
-		return o, usagef("no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE or %s", broadcast.CacheDirEnv)
+	if lr.Bundle == "" && lr.Dir == "" && DefaultBundle(o.getenv) == "" {
+		return o, nil // the set DEST was loaded from (rank 0's)
 	}
-	o.plan.Bundle, err = resolveBundle(lr, f, o.getenv, rank)
-	return o, err
+	if o.plan.Bundle, err = resolveBundle(lr, f, o.getenv, rank); err != nil {
+		return o, err
+	}
+	if fi, err := os.Stat(o.plan.Bundle); err == nil && fi.IsDir() {
+		// U35: a directory would get a stray set beside it (DIR.d).
+		in := filepath.Join(o.plan.Bundle, broadcast.BundleName)
+		if f == Python {
+			return o, usagef("%s is a directory, not a bundle set: pass bundle=%s, or the set's file", o.plan.Bundle, in)
+		}
+		return o, usagef("%s is a directory, not a bundle set: pass --dir %s (%s), or the set's file", o.plan.Bundle, o.plan.Bundle, in)
+	}
+	return o, nil
 }
+
+// HarvestMeta is what rank 0 of a harvest records in the layer, given
+// its DEST: this machine and the toolchain of the presets DEST was
+// installed with (its install record), read with $KBUNDLE_PYTHON (else
+// python3 on PATH), as warm records them for the base.
+func HarvestMeta(getenv func(string) string) func(dest string) map[string]string {
+	return func(dest string) map[string]string {
+		var presets []*warmup.Preset
+		if rec, err := bundle.ReadInstallRecord(dest); err == nil {
+			presets, _ = warmup.ParseList(rec.Presets...)
+		}
+		m := hostinfo.Collect()
+		tc, _ := hostinfo.Toolchain(getenv("KBUNDLE_PYTHON"), getenv, warmup.ToolchainKeys(presets))
+		maps.Copy(m, tc)
+		return m
+	}
+}
+
+// SetFailpoint replaces the plan's failpoint (tests: the CLI knows its
+// MPI rank only once MPI is up).
+func (o *HarvestOptions) SetFailpoint(f func(step string)) { o.plan.Failpoint = f }
 
 // Plan returns the harvest's plan once the job id is known (JobID): Dest
 // as load's (the one given, absolute, or the job's default node-local
@@ -96,8 +137,17 @@ func (o HarvestOptions) Plan(job string, usingMPI bool) (harvest.Plan, error) {
 	p := o.plan
 	var err error
 	p.Dest, err = Dest(o.dest, o.getenv, job)
+	if o.dest == "" {
+		// The job's default DEST: a bare mpirun's harvest has another job
+		// id than its load had, so each leader looks for the tree (U33).
+		p.Search = load.DestPrefix(o.getenv("TMPDIR"), UserName())
+	}
+	p.Job = job
 	if !usingMPI {
 		p.RanksPerNode = 0
+	}
+	if p.DryRun {
+		p.Meta = nil
 	}
 	return p, err
 }

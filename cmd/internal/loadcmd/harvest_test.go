@@ -36,10 +36,12 @@ func TestResolveHarvest(t *testing.T) {
 			bundle: "eb", dest: "/l", timeout: 30 * time.Second},
 		{name: "the cache dir", req: HarvestRequest{Environ: map[string]string{"KBUNDLE_CACHE_DIR": "/c"}},
 			bundle: "/c/" + broadcast.BundleName, timeout: DefaultTimeout},
-		{name: "no set", req: HarvestRequest{}, err: "no bundle set: pass --bundle PATH or --dir DIR, or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR",
-			py: "no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR"},
-		{name: "no set on rank 1", req: HarvestRequest{}, rank: 1, timeout: DefaultTimeout,
-			err: "no bundle set: pass --bundle PATH"},
+		// No set: the one DEST was loaded from (U36), rank 0's, found by
+		// the harvest.
+		{name: "no set", req: HarvestRequest{}, timeout: DefaultTimeout},
+		{name: "no set on rank 1", req: HarvestRequest{}, rank: 1, timeout: DefaultTimeout},
+		{name: "a directory", req: HarvestRequest{Bundle: "/"}, err: "/ is a directory, not a bundle set: pass --dir / (/cache.kbundle), or the set's file",
+			py: "/ is a directory, not a bundle set: pass bundle=/cache.kbundle"},
 		{name: "timeout", req: HarvestRequest{Bundle: "b", Timeout: ptr(-1.0)}, err: "--timeout -1: want seconds", py: "timeout=-1: want seconds"},
 		{name: "KBUNDLE_TIMEOUT", req: HarvestRequest{Bundle: "b", Environ: map[string]string{"KBUNDLE_TIMEOUT": "soon"}}, err: `KBUNDLE_TIMEOUT: timeout "soon"`},
 		{name: "trust", req: HarvestRequest{Bundle: "b", Environ: map[string]string{"KBUNDLE_TRUSTED_GROUPS": "nosuchgrp-kbundle"}}, err: "KBUNDLE_TRUSTED_GROUPS"},
@@ -82,7 +84,7 @@ func TestResolveHarvest(t *testing.T) {
 		}
 	}
 	o, _ := ResolveHarvest(HarvestRequest{Bundle: "b", Environ: map[string]string{"KBUNDLE_TEST_RANKS_PER_NODE": "2", "TMPDIR": "/t"}}, Python, 0)
-	if p, _ := o.Plan("7", true); p.RanksPerNode != 2 || p.Dest != "/t/kbundle-"+UserName()+"-7" {
+	if p, _ := o.Plan("7", true); p.RanksPerNode != 2 || p.Dest != "/t/kbundle-"+UserName()+"-7" || p.Search != "/t/kbundle-"+UserName()+"-" || p.Job != "7" {
 		t.Errorf("plan %+v", p)
 	}
 	if p, _ := o.Plan("7", false); p.RanksPerNode != 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/internal/hostlist"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
@@ -341,7 +342,7 @@ func (k Kind) Exit() int {
 // classification of a load's failures for both front ends.
 func KindOf(err error) Kind {
 	switch {
-	case errors.Is(err, ErrUsage), errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, bundle.ErrNoParent):
+	case errors.Is(err, ErrUsage), errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, bundle.ErrNoParent), errors.Is(err, harvest.ErrRefused):
 		return Usage
 	case IsComm(err):
 		return Comm
@@ -365,7 +366,8 @@ func IsComm(err error) bool {
 // pythonTerms rewrites the CLI's flags that the packages' messages name
 // (bundle.ErrExist's "use --force", say) in load_bundle's keywords (U29).
 var pythonTerms = strings.NewReplacer("use --force", "pass force=True", "--force", "force=True", "--parents", "parents=True",
-	"--allow-missing", "allow_missing=True", "--replace-presets", "replace_presets=True")
+	"--allow-missing", "allow_missing=True", "--replace-presets", "replace_presets=True",
+	"pass --bundle ", "pass bundle=", "pass --to ", "pass dest=", "--max-size", "max_size=")
 
 // Failure is the outcome of a load that failed with err, in front f's
 // words: one line a failing node (host, ranks, reason), then what it

@@ -1,0 +1,259 @@
+package harvest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
+)
+
+// Finding the DEST a load installed (issue 25, U33). A load's default
+// DEST is named for the job (load.Dest: $TMPDIR/kbundle-USER-JOB); a bare
+// mpirun or mpiexec gives each launch a job id of its own, so the
+// harvest's launch names another directory than the load's did. A leader
+// whose DEST was not given therefore looks for it in the node's install
+// records: among its user's directories named like a default DEST, the
+// trees kbundle installed from the set being harvested, on this host,
+// that are still there.
+
+// ErrRefused marks a harvest refused for its arguments, the same on
+// every rank (exit 2 in the CLI): its set is not the one its DEST was
+// loaded from, no set was given and no DEST names one, or two trees are
+// equally likely to be the job's DEST.
+var ErrRefused = errors.New("harvest refused")
+
+// A refusal is an error matching ErrRefused, in its own words.
+type refusal struct{ msg string }
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == ErrRefused }
+
+func refusef(format string, a ...any) error { return &refusal{fmt.Sprintf(format, a...)} }
+
+// destFound is where a leader harvests: its DEST, how it was found
+// (findDest's note) or why it was refused.
+type destFound struct{ dest, note, refused string }
+
+// maxSetPath bounds the set's path rank 0 shares.
+const maxSetPath = 1 << 16
+
+// shareSet gives every rank rank 0's set (its Plan.Bundle, else the set
+// its DEST was loaded from: "" when none names one) and finds each
+// leader's DEST (findDest). Collective over world.
+func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFound) error {
+	*where = destFound{dest: plan.Dest}
+	suffix := ""
+	if plan.RanksPerNode > 0 {
+		suffix = ".node" + strconv.Itoa(world.Rank()/plan.RanksPerNode)
+	}
+	find := func(set string) {
+		if !leader || plan.Search == "" {
+			return
+		}
+		d, note, err := findDest(plan.Dest, plan.Search, suffix, set, plan.Host)
+		*where = destFound{dest: d, note: note}
+		if err != nil {
+			where.refused = err.Error()
+		}
+	}
+	var set []byte
+	foundFirst := world.Rank() == 0 && plan.Bundle == ""
+	switch {
+	case foundFirst:
+		find("")
+		if rec, err := bundle.ReadInstallRecord(where.dest); err == nil {
+			set = []byte(rec.Layers[0].Path)
+		}
+	case world.Rank() == 0:
+		set = []byte(absDest(plan.Bundle))
+	}
+	set, err := bcastBytes(world, set, maxSetPath)
+	if err != nil {
+		return commErr("the set's path", err)
+	}
+	if world.Rank() != 0 || foundFirst {
+		plan.Bundle = string(set) // rank 0's given one stays as given, for its messages
+	}
+	if !foundFirst {
+		find(string(set))
+	}
+	return nil
+}
+
+// bcastBytes broadcasts root 0's b over world, its length first (at most
+// limit): every rank returns root 0's bytes.
+func bcastBytes(world broadcast.NodeComm, b []byte, limit uint64) ([]byte, error) {
+	n := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
+	if err := world.Bcast(n, 0); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint64(n)
+	if size > limit {
+		return nil, fmt.Errorf("rank 0 sent %d bytes (limit %d)", size, limit)
+	}
+	if world.Rank() != 0 {
+		b = make([]byte, size)
+	}
+	if err := world.Bcast(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// checkSet is rank 0's check of the leaders' DESTs against the set,
+// before anything is chosen: a leader's refusal, no set at all, or a
+// DEST loaded from another set than the one harvested into (which would
+// get only what the job added to that other set).
+func checkSet(plan Plan, lists []*list) error {
+	for _, l := range lists {
+		if l.Refused != "" {
+			return refusef("%s (rank %d): %s", l.Host, l.First, l.Refused)
+		}
+	}
+	if plan.Bundle == "" {
+		return refusef("no bundle set: pass --bundle PATH or set KBUNDLE_BUNDLE (%s names none: it holds no install record)", lists[0].Dest)
+	}
+	for _, l := range lists {
+		if l.Set != "" && !sameSet(l.Set, plan.Bundle) {
+			return refusef("%s (rank %d): %s was loaded from %s, not from %s: harvesting into %s would write only what this job added to the other set; pass --bundle %s",
+				l.Host, l.First, l.Dest, l.Set, plan.Bundle, plan.Bundle, l.Set)
+		}
+	}
+	return nil
+}
+
+// maxFound bounds how many directory entries a leader reads while looking
+// for its DEST: the temporary directory is shared, and other users'
+// entries must not make a harvest long.
+const maxFound = 1 << 16
+
+// tieWindow: two trees installed within it of each other are equally
+// likely to be the job's (two loads of the same set at once on the node).
+const tieWindow = 2 * time.Second
+
+// fakeSuffix matches the name a fake node's DEST gets (load.FakeNodeDest).
+var fakeSuffix = regexp.MustCompile(`\.node[0-9]+$`)
+
+// A found is one candidate tree: its path and install record.
+type found struct {
+	dest      string
+	installed time.Time
+	set       string // its record's set: the path of its first layer
+}
+
+// findDest is the DEST a leader harvests when none was given: dest (the
+// job's default) when it exists, else the newest tree among this user's
+// directories named prefix* (with suffix, a fake node's, at the end;
+// without, none) whose install record names set ("": any set) and this
+// host. note says how it was found ("": dest itself); a tie of two trees
+// is an error matching ErrRefused that names both. None found: dest and
+// the note of what was looked for.
+func findDest(dest, prefix, suffix, set, host string) (string, string, error) {
+	if _, err := os.Lstat(dest); !errors.Is(err, fs.ErrNotExist) {
+		return dest, "", nil
+	}
+	cands, err := candidates(prefix, suffix, set, host)
+	if err != nil {
+		return dest, fmt.Sprintf("cannot look for trees in %s: %v", filepath.Dir(prefix), err), nil
+	}
+	from := "any set"
+	if set != "" {
+		from = set
+	}
+	if len(cands) == 0 {
+		note := fmt.Sprintf("nothing loaded here from %s: not at %s, nor in any tree of yours named %s*%s", from, dest, prefix, suffix)
+		if others, _ := candidates(prefix, suffix, "", host); set != "" && len(others) > 0 {
+			slices.SortFunc(others, func(a, b found) int { return b.installed.Compare(a.installed) })
+			note += fmt.Sprintf(" (the newest, %s, was loaded from %s: pass --bundle %s to harvest it)", others[0].dest, others[0].set, others[0].set)
+		}
+		return dest, note, nil
+	}
+	slices.SortFunc(cands, func(a, b found) int { return b.installed.Compare(a.installed) })
+	if len(cands) > 1 && cands[0].installed.Sub(cands[1].installed) < tieWindow {
+		return dest, "", refusef("two trees loaded from %s here are equally likely to be this job's DEST: %s and %s (installed %s and %s); pass --to the one this job used",
+			from, cands[0].dest, cands[1].dest, stamp(cands[0].installed), stamp(cands[1].installed))
+	}
+	return cands[0].dest, fmt.Sprintf("the newest tree loaded from %s here, installed %s (this launch's job id names %s, which does not exist)",
+		from, stamp(cands[0].installed), dest), nil
+}
+
+func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
+
+// candidates lists the trees findDest chooses from.
+func candidates(prefix, suffix, set, host string) ([]found, error) {
+	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
+	f, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	uid := uint32(os.Geteuid())
+	var out []found
+	for read := 0; read < maxFound; {
+		names, err := f.Readdirnames(1024)
+		read += len(names)
+		for _, n := range names {
+			if !strings.HasPrefix(n, base) || (suffix == "" && fakeSuffix.MatchString(n)) || (suffix != "" && !strings.HasSuffix(n, suffix)) {
+				continue
+			}
+			p := filepath.Join(dir, n)
+			fi, err := os.Lstat(p)
+			if err != nil || !fi.IsDir() {
+				continue
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
+				continue
+			}
+			rec, err := bundle.ReadInstallRecord(p)
+			if err != nil || rec.Dest != p || (host != "" && rec.Host != "" && rec.Host != host) {
+				continue
+			}
+			if set != "" && !sameSet(rec.Layers[0].Path, set) {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339Nano, rec.Installed)
+			if err != nil {
+				continue
+			}
+			out = append(out, found{dest: p, installed: t, set: rec.Layers[0].Path})
+		}
+		if err != nil {
+			break
+		}
+	}
+	return out, nil
+}
+
+// sameSet says whether paths a and b name the same set: the same path,
+// or the same file, or names of the same base in the same directory
+// (symlinks in the path, a set not written yet).
+func sameSet(a, b string) bool {
+	if a == b {
+		return true
+	}
+	if ai, err := os.Stat(a); err == nil {
+		if bi, err := os.Stat(b); err == nil {
+			return os.SameFile(ai, bi)
+		}
+	}
+	if filepath.Base(a) != filepath.Base(b) {
+		return false
+	}
+	ad, err1 := os.Stat(filepath.Dir(a))
+	bd, err2 := os.Stat(filepath.Dir(b))
+	return err1 == nil && err2 == nil && os.SameFile(ad, bd)
+}
