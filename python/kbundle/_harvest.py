@@ -8,6 +8,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
+from . import _load
 from ._errors import HarvestFailedError, KbundleWarning
 from ._load import PathArg, _lines, call, failure, path, seconds
 
@@ -116,11 +117,14 @@ def harvest(
     layer of the set (the set itself when none exists yet). A job that
     compiled nothing writes nothing.
 
-    bundle: the set (rank 0's is used); default $KBUNDLE_BUNDLE, else
-    $KBUNDLE_CACHE_DIR/cache.kbundle.
+    bundle: the set (rank 0's is used); default, with dest, what the
+    last load_bundle() of this process was given; else $KBUNDLE_BUNDLE,
+    else $KBUNDLE_CACHE_DIR/cache.kbundle, else the set rank 0's dest was
+    loaded from (its install record).
     dest: the node-local directory load_bundle installed; default as
     load_bundle's: $KBUNDLE_LOCAL_DIR, else $TMPDIR/kbundle-USER-JOB (or
-    /tmp/...).
+    /tmp/...), else, where that does not exist, the newest tree of the
+    user's named so that kbundle installed from the set on the node.
     timeout: seconds or a timedelta; default $KBUNDLE_TIMEOUT, else 10
     minutes; 0: none. When it runs out the whole job is ended with
     MPI_Abort.
@@ -136,9 +140,12 @@ def harvest(
     KbundleUsageError (or TypeError) and MPI problems KbundleMPIError,
     whatever strict says.
     """
+    given = (path("bundle", bundle), path("dest", dest))
+    if given == ("", "") and _load._last_load is not None:
+        given = _load._last_load  # what load_bundle() was given in this process
     req: Dict[str, Any] = {
-        "bundle": path("bundle", bundle),
-        "dest": path("dest", dest),
+        "bundle": given[0],
+        "dest": given[1],
         "timeout": seconds(timeout),
         "dry_run": bool(dry_run),
         # Go copies the environment when the library loads; pass today's.

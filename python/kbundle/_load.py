@@ -165,6 +165,8 @@ def load_bundle(
     rank0 = comm.Get_rank() == 0
     if not out.get("ok"):
         return _failure(out, strict, rank0)
+    global _last_load
+    _last_load = (req["bundle"], req["dest"])
     env = dict(kv.split("=", 1) for kv in out.get("env") or [] if "=" in kv)
     for k, v in env.items():
         os.environ[k] = v
@@ -225,6 +227,12 @@ def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dic
     except ValueError as e:
         raise KbundleMPIError("mpi", f"libkbundle returned a bad result: {e}: {raw[:200]!r}") from e
     return out
+
+
+#: The bundle and dest the last successful load_bundle() of this process
+#: was given ("": not given), which harvest() reuses when given neither
+#: (U36).
+_last_load: Optional[Tuple[str, str]] = None
 
 
 def _request(

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple, TypeVar
 
+import kbundle._load
 import pytest
 from mpi4py import MPI
 
@@ -151,7 +152,10 @@ def test_harvest_failure_is_the_same_everywhere() -> None:
     # only once rank 0 receives it, which rank 0 must do though it cannot
     # write the layer (or that node waits until the timeout).
     load_and_compile(set_, dest, body=os.urandom(9 << 20))
-    missing = WORK / f"nodir-np{SIZE}" / "set.kbundle"  # rank 0 cannot write there
+    missing = set_  # its folder removed since the load: rank 0 cannot write there
+    if RANK == 0:
+        shutil.rmtree(set_.parent)
+    COMM.Barrier()
     res, warned = collect(lambda: harvest(COMM, bundle=missing, dest=dest, timeout=20))
     assert not res and res.ok is False and res.kind == "failed"
     assert res.reason.startswith(f"harvest: cannot write a layer of {missing}")
@@ -203,17 +207,32 @@ def test_defaults_from_environment() -> None:
     same_on_all(res)
 
 
+def test_reuses_the_load() -> None:
+    # U36: harvest(comm) after load_bundle(comm, bundle=SET, dest=D)
+    # harvests D into SET, with no argument and no variable.
+    d = store("reuse")
+    load_and_compile(d / "cache.kbundle", WORK / f"dest-reuse-np{SIZE}")
+    res = harvest(COMM)
+    assert res and res.files == 1 and res.bundle == str(d / "cache.kbundle")
+    assert res.layer is not None and [Path(res.layer)] == layers(d / "cache.kbundle")
+    same_on_all(res)
+
+
 def test_usage_errors() -> None:
     set_ = BUNDLE
     with pytest.raises(KbundleUsageError) as e:
         harvest(COMM, bundle=set_, timeout=-1)
     assert "timeout=-1" in str(e.value)
     same_on_all(str(e.value))
-    # Only rank 0's set is used: its missing one is every rank's error.
+    # Only rank 0's set is used: with none given, nothing loaded in this
+    # process and no tree loaded on its node, it is every rank's error.
+    kbundle._load._last_load = None
+    os.environ["TMPDIR"] = str(WORK)
     with pytest.raises(KbundleUsageError) as e:
         harvest(COMM, bundle=None if RANK == 0 else set_)
-    assert "no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE or KBUNDLE_CACHE_DIR" in str(e.value)
+    assert "no bundle set: pass bundle=PATH or set KBUNDLE_BUNDLE" in str(e.value)
     same_on_all(str(e.value))
+    del os.environ["TMPDIR"]
     os.environ["KBUNDLE_TIMEOUT"] = "soon"
     with pytest.raises(KbundleUsageError, match="KBUNDLE_TIMEOUT"):
         harvest(COMM, bundle=set_)

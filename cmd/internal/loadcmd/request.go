@@ -18,6 +18,7 @@ import (
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
+	"golang.org/x/sys/unix"
 )
 
 // Front is a front end of the load: it decides how a setting is spelt in
@@ -59,7 +60,7 @@ var Settings = []Setting{
 	{Flag: "dir", Env: broadcast.CacheDirEnv, Usage: "the cache directory `DIR`: load DIR/" + broadcast.BundleName},
 	{Flag: "to", Keyword: "dest", Env: "KBUNDLE_LOCAL_DIR", Usage: "node-local `DEST`ination directory"},
 	{Flag: "force", Keyword: "force", Usage: "replace DEST if it exists and is not empty"},
-	{Flag: "parents", Keyword: "parents", Usage: "create DEST's missing parent directories (without it a missing one is refused, exit 2)"},
+	{Flag: "parents", Keyword: "parents", Usage: "create DEST's missing parent directories, and with --allow-missing the set's missing folder (without it a missing one is refused, exit 2)"},
 	{Flag: "allow-missing", Keyword: "allow_missing", Env: "KBUNDLE_ALLOW_MISSING",
 		Usage: "when no bundle set exists at FILE yet, install an empty DEST instead of exiting 3: the job runs cold and its harvest writes the set (1 or 0)"},
 	{Flag: "preset", Alias: "p", Keyword: "preset", Env: "KBUNDLE_PRESET",
@@ -206,8 +207,44 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	if f == CLI && strings.IndexFunc(o.dest, unicode.IsControl) >= 0 {
 		return o, usagef("--to %s: control characters are not allowed in DEST", Safe(o.dest))
 	}
-	p.Bundle, err = resolveBundle(r, f, o.getenv, rank)
+	if p.Bundle, err = resolveBundle(r, f, o.getenv, rank); err != nil {
+		return o, err
+	}
+	if p.AllowMissing && rank == 0 {
+		err = setFolder(p.Bundle, r.Parents, f)
+	}
 	return o, err
+}
+
+// setFolder checks, for load --allow-missing, that the harvest at the
+// job's end will be able to write the set at path when none exists yet
+// (U34): its folder must exist (parents: made now) and be writable.
+// Only rank 0 writes the set, so only rank 0 checks.
+func setFolder(path string, parents bool, f Front) error {
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	if _, err := os.Lstat(bundle.LayerDir(path)); err == nil {
+		return nil // layers without a base: the load says what it finds
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist) && parents:
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return usagef("cannot make the set's folder %s: %v", dir, err)
+		}
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return usagef("%s: its folder %s does not exist, so the harvest at the job's end could not write the set there: create it (mkdir -p %s), or pass %s", path, dir, dir, [...]string{"--parents", "parents=True"}[f])
+	case err != nil:
+		return usagef("%s: cannot read its folder: %v", path, err)
+	case !fi.IsDir():
+		return usagef("%s: %s is not a directory", path, dir)
+	case unix.Access(dir, unix.W_OK) != nil:
+		return usagef("%s: its folder %s is not writable for you, so the harvest at the job's end could not write the set there: pass a set in a folder you may write", path, dir)
+	}
+	return nil
 }
 
 func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Duration, error) {
