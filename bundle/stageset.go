@@ -53,6 +53,14 @@ func (s *Staged) stageLayers(ctx context.Context, opt *ExtractOptions) error {
 		}
 		s.view = kept
 	}
+	if opt.Layers != nil {
+		// Directories get their modes and times once every layer is in
+		// (extractInto leaves a set's at 0700): a read-only directory of
+		// one layer must not stop a later one from changing what it holds.
+		if err := setDirAttrs(s.tmp, s.view); err != nil {
+			return err
+		}
+	}
 	if len(s.layers) > 1 || opt.Skip != nil {
 		s.res = &ExtractResult{Skipped: s.skipped, SkippedBytes: s.skippedBytes}
 		for i := range s.view {
@@ -101,6 +109,24 @@ func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li in
 	}
 	_, err = r.extractInto(ctx, s.tmp, opt, true)
 	return err
+}
+
+// setDirAttrs sets the mode and mtime of view's directories in the tree
+// at dir, deepest first.
+func setDirAttrs(dir string, view []SetEntry) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for i := len(view) - 1; i >= 0; i-- {
+		if e := &view[i]; e.Dir {
+			if err := setAttrs(root, &e.Entry); err != nil {
+				return fmt.Errorf("cannot set the mode of %s: %w", e.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // isDirIn reports whether name is a directory (not a symlink) in root.
