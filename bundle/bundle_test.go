@@ -278,3 +278,62 @@ func TestExtractRefusesNonEmptyDest(t *testing.T) {
 		t.Fatalf("leftovers beside dest: %v", ents)
 	}
 }
+
+// The Writer refuses the entry that would break the tree rule (every
+// parent a directory), whichever comes first, and names it; it never
+// writes an index the reader refuses (H1 of the 2026-12-01b review).
+func TestWriterRefusesNonTree(t *testing.T) {
+	type add struct {
+		name string
+		dir  bool
+	}
+	cases := []struct {
+		name string
+		adds []add
+		bad  string // the entry refused ("": all accepted)
+	}{
+		{"file, then a file below it", []add{{"x", false}, {"x/y", false}}, "x/y"},
+		{"a file, then a file above it", []add{{"x/y", false}, {"x", false}}, "x"},
+		{"file, then a directory below it", []add{{"a", false}, {"a/b", true}}, "a/b"},
+		{"deep file, then a file at its top", []add{{"a/b/c/d", false}, {"a", false}}, "a"},
+		{"deep file, then a file in the middle", []add{{"a/b/c/d", false}, {"a/b", false}}, "a/b"},
+		{"file, then a deep file below it", []add{{"a/b", false}, {"a/b/c/d", false}}, "a/b/c/d"},
+		{"directory, then a file below it", []add{{"x", true}, {"x/y", false}}, ""},
+		{"file below, then its directory", []add{{"x/y", false}, {"x", true}}, ""},
+		{"names sharing a prefix", []add{{"x", false}, {"x-y/z", false}, {"x.y", false}, {"xy/z", false}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			w := NewWriter(&buf, nil)
+			var refused error
+			for _, a := range tc.adds {
+				var err error
+				if a.dir {
+					err = w.Mkdir(a.name, 0o755, time.Unix(1, 0))
+				} else {
+					err = w.WriteFile(a.name, 0o644, time.Unix(1, 0), []byte("content of "+a.name))
+				}
+				if err != nil {
+					if refused != nil || a.name != tc.bad {
+						t.Fatalf("add %q: %v (want %q refused)", a.name, err, tc.bad)
+					}
+					var e *Error
+					if !errors.Is(err, ErrFormat) || !errors.As(err, &e) || e.Entry != a.name {
+						t.Fatalf("add %q: %v, want ErrFormat naming the entry", a.name, err)
+					}
+					refused = err
+				}
+			}
+			if tc.bad != "" && refused == nil {
+				t.Fatalf("%q accepted", tc.bad)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			if _, err := NewReaderBytes(buf.Bytes()); err != nil {
+				t.Fatalf("the reader refuses what the Writer wrote: %v", err)
+			}
+		})
+	}
+}

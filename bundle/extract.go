@@ -747,7 +747,7 @@ func (r *Reader) extractInto(ctx context.Context, tmp string, opt *ExtractOption
 			res.Bytes += e.Size
 		}
 	}
-	for i := len(r.ix.entries) - 1; i >= 0; i-- {
+	for i := len(r.ix.entries) - 1; i >= 0 && opt.Layers == nil; i-- { // a set's: stageLayers sets them
 		if e := &r.ix.entries[i]; e.Dir && !left(i) {
 			if err := setAttrs(root, e); err != nil {
 				return nil, wrap(e, err)

@@ -25,6 +25,7 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzReader$' -fuzztime 10s ./bundle/
 //	go test -run '^$' -fuzz '^FuzzRoundTrip$' -fuzztime 10s ./bundle/
+//	go test -run '^$' -fuzz '^FuzzLayerSet$' -fuzztime 10s ./bundle/
 //
 // Crashers land in testdata/fuzz/<Fuzz name>/ and are then replayed by
 // every plain `go test`.
@@ -455,4 +456,102 @@ func hugeEntryChild(t *testing.T) {
 		}
 		fmt.Printf("%s: %v, %d MiB allocated\n", read.name, err, used>>20)
 	}
+}
+
+// FuzzLayerSet stacks random layers into a set (names from a small
+// alphabet, so that layers disagree about kinds and share cache units;
+// an entry the Writer refuses, a name below a file of its own layer, is
+// left out), then checks the tree rule and the kind-change rule end to
+// end: the merged view is a tree, a load (Stage: overlayLayer) installs
+// exactly that view, and a merge writes a base that the reader accepts
+// and that holds the same view.
+func FuzzLayerSet(f *testing.F) {
+	f.Add([]byte{1, 3, 0, 0, 9, 0x81, 0, 1, 2})
+	f.Add([]byte{2, 2, 0x02, 0, 1, 1, 0x80, 0, 2, 1, 0x00, 0, 3})
+	f.Add([]byte{3, 4, 0x82, 2, 3, 0, 0, 0x01, 2, 3, 1, 1, 0x42, 0, 2, 0, 3, 2, 0x81, 4, 1, 1, 0x00, 4, 2})
+	f.Add([]byte("the job replaced a directory by a file"))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		next := func() int {
+			if len(ops) == 0 {
+				return 0
+			}
+			b := ops[0]
+			ops = ops[1:]
+			return int(b)
+		}
+		comps := []string{"a", "b", "f.nbi", "f.1.nbc", "f.2.nbc"}
+		dir := t.TempDir()
+		set := filepath.Join(dir, "s.kbundle")
+		small := LayerOptions{Writer: WriterOptions{SegmentSize: MinSegmentSize, Jobs: 1}}
+		layers := 1 + next()%4
+		for range layers {
+			n := next() % 7
+			if _, err := WriteLayer(context.Background(), set, &small, func(w *Writer) error {
+				for range n {
+					op := next()
+					parts := make([]string, 1+op%3)
+					for i := range parts {
+						parts[i] = comps[next()%len(comps)]
+					}
+					name := strings.Join(parts, "/")
+					var err error
+					if op&0x80 != 0 {
+						err = w.Mkdir(name, 0o755, time.Unix(int64(op), 0))
+					} else {
+						err = w.WriteFile(name, 0o644, time.Unix(int64(op), 0), []byte{byte('A' + op>>3&3)})
+					}
+					if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrInsecurePath) {
+						return err // not the tree rule or a duplicate name
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := OpenSet(set, &OpenOptions{Trusted: true})
+		if err != nil {
+			t.Fatalf("the set does not open: %v", err)
+		}
+		merged := s.Merged(CacheUnit)
+		es := make([]Entry, len(merged))
+		for i := range merged {
+			es[i] = merged[i].Entry
+		}
+		if err := checkTree(es); err != nil {
+			s.Close()
+			t.Fatalf("the merged view is not a tree: %v", err)
+		}
+		want, cd := viewSpec(t, s), s.ContentDigest(CacheUnit)
+		dest := filepath.Join(dir, "dest")
+		st, err := s.Read[0].Stage(context.Background(), dest, s.StageOptions(ExtractOptions{Jobs: 1}))
+		if err != nil {
+			s.Close()
+			t.Fatalf("load: %v", err)
+		}
+		err = st.Install()
+		st.Commit()
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := treeSpec(t, dest); !equalMaps(got, want) {
+			t.Fatalf("loaded tree %v, want the merged view %v", got, want)
+		}
+		res, err := MergeSet(context.Background(), set, &MergeOptions{LayerOptions: small, Unit: CacheUnit})
+		if err != nil {
+			t.Fatalf("merge: %v", err)
+		}
+		if res.Folded > 0 && res.Content != cd {
+			t.Fatalf("merged base's content %v, the view's %v", res.Content, cd)
+		}
+		s, err = OpenSet(set, &OpenOptions{Trusted: true})
+		if err != nil {
+			t.Fatalf("the merged set does not open: %v", err)
+		}
+		defer s.Close()
+		if got := viewSpec(t, s); s.HasDeltas() || !equalMaps(got, want) {
+			t.Fatalf("after merge: %d bundles, view %v, want %v", len(s.Read), got, want)
+		}
+	})
 }

@@ -172,7 +172,11 @@ type SetEntry struct {
 // wins over an earlier one's of the same name, and when unit is not nil,
 // a later layer holding any file of a cache unit (unit(name), "" for
 // none) drops every file of that unit that earlier layers hold, so that
-// a unit always comes whole from one layer.
+// a unit always comes whole from one layer. Where a later layer and the
+// earlier ones disagree about a name being a file or a directory, the
+// later layer wins with the whole subtree (a file x drops an earlier
+// directory x and everything below it, a directory x an earlier file x):
+// the view is always a tree.
 func (s *OpenedSet) Merged(unit func(name string) string) []SetEntry {
 	view := map[string]SetEntry{}
 	for li, r := range s.Read {
@@ -182,8 +186,10 @@ func (s *OpenedSet) Merged(unit func(name string) string) []SetEntry {
 }
 
 // overlay puts layer li's entries over view by Merged's rule and returns
-// the names of the files of earlier layers it displaced (by name or by
-// cache unit), sorted.
+// the names of the files of earlier layers it displaced (by name, by
+// cache unit or by a change of kind) and of the directories it displaced
+// (a change of kind: dropKindChanges), sorted (a directory before what
+// was below it).
 func overlay(view map[string]SetEntry, li int, entries []Entry, unit func(string) string) []string {
 	var gone []string
 	if unit != nil && len(view) > 0 {
@@ -200,6 +206,7 @@ func overlay(view map[string]SetEntry, li int, entries []Entry, unit func(string
 			}
 		}
 	}
+	gone = append(gone, dropKindChanges(view, entries)...)
 	for _, e := range entries {
 		if se, ok := view[e.Name]; ok && !se.Dir {
 			gone = append(gone, e.Name)
@@ -288,8 +295,11 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err != nil {
 		return nil, err
 	}
-	opt.failpoint("written")
 	content := ContentDigestOf(sortedEntries(w))
+	if err := verifyWritten(tmp, fi.Size(), content, path); err != nil {
+		return nil, err
+	}
+	opt.failpoint("written")
 	p := &Published{Digest: w.Digest(), Content: content, Entries: len(w.entries), Size: fi.Size()}
 	if err := linkTemp(tmp.Name(), path); err == nil {
 		p.Path, p.Base = path, true
@@ -635,6 +645,10 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	if err != nil {
 		return nil, err
 	}
+	content := ContentDigestOf(sortedEntries(w))
+	if err := verifyWritten(tmp, fi.Size(), content, path); err != nil {
+		return nil, err // never a base that no reader accepts over one that reads
+	}
 	// The units' last uses, before the new base (written now) is in place.
 	fold := &UseRecord{By: "merge", Units: map[string]Use{}}
 	fold.Host, _ = os.Hostname()
@@ -671,7 +685,7 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	removeUses(uses.Records, res.UseRecord)
 	res.UsesFolded = uses.Records
 	res.Base, res.Digest, res.Size = true, w.Digest(), fi.Size()
-	res.Content, res.Entries = ContentDigestOf(sortedEntries(w)), len(w.entries)
+	res.Content, res.Entries = content, len(w.entries)
 	res.Untrusted = CheckTrust(path, opt.Trust)
 	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 )
 
 // stagedLayer is one bundle of a staged set.
@@ -52,6 +53,14 @@ func (s *Staged) stageLayers(ctx context.Context, opt *ExtractOptions) error {
 		}
 		s.view = kept
 	}
+	if opt.Layers != nil {
+		// Directories get their modes and times once every layer is in
+		// (extractInto leaves a set's at 0700): a read-only directory of
+		// one layer must not stop a later one from changing what it holds.
+		if err := setDirAttrs(s.tmp, s.view); err != nil {
+			return err
+		}
+	}
 	if len(s.layers) > 1 || opt.Skip != nil {
 		s.res = &ExtractResult{Skipped: s.skipped, SkippedBytes: s.skippedBytes}
 		for i := range s.view {
@@ -75,17 +84,12 @@ func viewDigest(view []SetEntry) Digest {
 	return ContentDigestOf(es)
 }
 
-// overlayLayer extracts layer li (r) over the staged tree: the files it
-// displaces are removed first, so that a cache unit comes whole from one
-// layer.
+// overlayLayer extracts layer li (r) over the staged tree: what it
+// displaces by the merged view's rules (overlay) is removed first, so
+// that a cache unit comes whole from one layer, and a name that changed
+// kind from a file to a directory or back comes from this layer with its
+// whole subtree.
 func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li int, view map[string]SetEntry, opt *ExtractOptions) error {
-	for i := range r.ix.entries {
-		e := &r.ix.entries[i]
-		if se, ok := view[e.Name]; ok && se.Dir != e.Dir {
-			return r.errorf(&Error{Entry: e.Name, Err: ErrFormat, Msg: fmt.Sprintf("a %s here and a %s in an earlier layer of the set; run kbundle merge on the set's base, %s",
-				dirOrFile(e.Dir), dirOrFile(se.Dir), s.layers[0].r.name)})
-		}
-	}
 	if err := r.checkSpace(s.parent); err != nil {
 		return err
 	}
@@ -94,7 +98,8 @@ func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li in
 		return err
 	}
 	defer root.Close()
-	for _, name := range overlay(view, li, r.ix.entries, opt.Unit) {
+	gone := overlay(view, li, r.ix.entries, opt.Unit)
+	for _, name := range slices.Backward(gone) { // what was below a directory first
 		if skipped(opt.Skip, name) {
 			continue // never written
 		}
@@ -106,11 +111,22 @@ func (s *Staged) overlayLayer(ctx context.Context, r *Reader, path string, li in
 	return err
 }
 
-func dirOrFile(dir bool) string {
-	if dir {
-		return "directory"
+// setDirAttrs sets the mode and mtime of view's directories in the tree
+// at dir, deepest first.
+func setDirAttrs(dir string, view []SetEntry) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
 	}
-	return "file"
+	defer root.Close()
+	for i := len(view) - 1; i >= 0; i-- {
+		if e := &view[i]; e.Dir {
+			if err := setAttrs(root, &e.Entry); err != nil {
+				return fmt.Errorf("cannot set the mode of %s: %w", e.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // isDirIn reports whether name is a directory (not a symlink) in root.

@@ -44,6 +44,7 @@ type Writer struct {
 	sem      chan struct{}
 
 	entries map[string]*Entry
+	parents map[string]bool  // every parent directory of an added name
 	blobs   map[Digest]int64 // digest → offset
 	meta    map[string]string
 	err     error
@@ -73,6 +74,7 @@ func NewWriter(w io.Writer, opt *WriterOptions) *Writer {
 		segSize: opt.SegmentSize,
 		jobs:    opt.Jobs,
 		entries: map[string]*Entry{},
+		parents: map[string]bool{},
 		blobs:   map[Digest]int64{},
 		meta:    map[string]string{},
 	}
@@ -151,7 +153,29 @@ func (w *Writer) addEntry(e Entry) error {
 	if len(w.entries) >= MaxEntries {
 		return errf(ErrTooLarge, "more than %d entries", MaxEntries)
 	}
+	if err := w.treeConflict(&e); err != nil {
+		return err
+	}
 	w.entries[e.Name] = &e
+	for p := path.Dir(e.Name); p != "." && !w.parents[p]; p = path.Dir(p) {
+		w.parents[p] = true
+	}
+	return nil
+}
+
+// treeConflict refuses an entry that would make the bundle other than a
+// tree (docs/FORMAT.md, "Names": every parent is a directory), which no
+// reader accepts: a name below a file added before, or a file with names
+// below it added before.
+func (w *Writer) treeConflict(e *Entry) error {
+	for p := path.Dir(e.Name); p != "."; p = path.Dir(p) {
+		if pe, ok := w.entries[p]; ok && !pe.Dir {
+			return &Error{Entry: e.Name, Err: ErrFormat, Msg: fmt.Sprintf("its parent %q is a file in this bundle, not a directory", p)}
+		}
+	}
+	if !e.Dir && w.parents[e.Name] {
+		return &Error{Entry: e.Name, Err: ErrFormat, Msg: "a file, but the bundle has entries below this name (a directory)"}
+	}
 	return nil
 }
 
@@ -290,11 +314,9 @@ func (w *Writer) Close() error {
 	if w.err != nil {
 		return w.err
 	}
-	for name := range w.entries {
-		for p := path.Dir(name); p != "."; p = path.Dir(p) {
-			if _, ok := w.entries[p]; !ok {
-				w.entries[p] = &Entry{Name: p, Dir: true, Mode: 0o755, ModTime: time.Unix(0, 0)}
-			}
+	for p := range w.parents {
+		if _, ok := w.entries[p]; !ok {
+			w.entries[p] = &Entry{Name: p, Dir: true, Mode: 0o755, ModTime: time.Unix(0, 0)}
 		}
 	}
 	ix := &index{segSize: w.segSize, dataLen: w.dataLen, packed: w.packed, meta: w.meta}
@@ -310,6 +332,11 @@ func (w *Writer) Close() error {
 		ix.entries = append(ix.entries, *e)
 	}
 	slices.SortFunc(ix.entries, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	if err := checkTree(ix.entries); err != nil {
+		// The reader's own rule (addEntry keeps to it): never write an
+		// index that no reader accepts.
+		return w.fail(err)
+	}
 	if err := w.out.Flush(); err != nil {
 		return w.fail(err)
 	}

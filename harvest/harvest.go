@@ -22,12 +22,14 @@ package harvest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"maps"
 	"os"
 	"path"
@@ -509,7 +511,10 @@ func setView(set string, trust *bundle.TrustPolicy) (map[string]string, []string
 
 // choose picks each cache unit from the lowest rank holding a new or
 // changed file of it, and counts per node. choice[r] are indices into
-// lists[r].Files.
+// lists[r].Files. What it picks is a tree (docs/FORMAT.md, "Names"): a
+// unit with a file where a lower rank's chosen unit has a directory, or
+// below one of its files (a file x on one node, x/y on another), is left
+// out whole and reported skipped on its node (dropConflicts).
 func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	sum := &Summary{}
 	choice := make([][]int, len(lists))
@@ -534,6 +539,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 			}
 		}
 	}
+	conflict := dropConflicts(lists, owner, held)
 	units := map[string]bool{}
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
@@ -541,6 +547,10 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 		for i, f := range l.Files {
 			u := bundle.CacheUnit(f.Name)
 			if held[u] {
+				continue
+			}
+			if why, ok := conflict[u]; ok && owner[u] == r {
+				nr.Skipped = append(slices.Clip(nr.Skipped), Skip{f.Name, why(f.Name)})
 				continue
 			}
 			if !f.Kept {
@@ -565,6 +575,86 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 }
 
 func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }
+
+// dropConflicts settles what choose takes as a tree: the units owned
+// (owner, not held) are taken in rank order, then by name, and one whose
+// files do not fit with those taken before (a file where they have a
+// directory, or a name below one of their files) is left out whole. It
+// returns the units left out, each with the reason for each of its files.
+// A layer's kind changes against the set are the merged view's to settle
+// (the newest wins), not a conflict.
+func dropConflicts(lists []*list, owner map[string]int, held map[string]bool) map[string]func(string) string {
+	byUnit := map[string][]string{}
+	for u, r := range owner {
+		if held[u] {
+			continue
+		}
+		for _, f := range lists[r].Files {
+			if bundle.CacheUnit(f.Name) == u {
+				byUnit[u] = append(byUnit[u], f.Name)
+			}
+		}
+	}
+	order := slices.SortedFunc(maps.Keys(byUnit), func(a, b string) int {
+		return cmp.Or(cmp.Compare(owner[a], owner[b]), strings.Compare(a, b))
+	})
+	files := map[string]int{}   // a file taken → its rank
+	dirs := map[string]string{} // a directory implied by the files taken → one of them
+	out := map[string]func(string) string{}
+	for _, u := range order {
+		var clash, with string
+		for _, n := range byUnit[u] {
+			if f, ok := dirs[n]; ok {
+				clash, with = n, fmt.Sprintf("a file here and a directory on %s, whose %s the harvest takes", where(lists[files[f]]), f)
+				break
+			}
+			for p := range parents(n) {
+				if r, ok := files[p]; ok {
+					clash, with = n, fmt.Sprintf("below %s, a file on %s, which the harvest takes", p, where(lists[r]))
+					break
+				}
+			}
+			if clash != "" {
+				break
+			}
+		}
+		if clash != "" {
+			out[u] = func(n string) string {
+				if n == clash {
+					return with
+				}
+				return fmt.Sprintf("left out with %s, of its cache unit (%s)", clash, with)
+			}
+			continue
+		}
+		for _, n := range byUnit[u] {
+			files[n] = owner[u]
+			for p := range parents(n) {
+				if _, ok := dirs[p]; ok {
+					break
+				}
+				dirs[p] = n
+			}
+		}
+	}
+	return out
+}
+
+// parents yields the directories above name, the nearest first. It ends
+// for any string (a leader's list is checked by the Writer, after choose:
+// "/etc/x" yields "/etc" only).
+func parents(name string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for i := strings.LastIndexByte(name, '/'); i > 0; i = strings.LastIndexByte(name[:i], '/') {
+			if !yield(name[:i]) {
+				return
+			}
+		}
+	}
+}
+
+// where names a node as the report does: its host and first rank.
+func where(l *list) string { return fmt.Sprintf("%s (rank %d)", l.Host, l.First) }
 
 // scan compares dest with its install record: the new and changed files,
 // and what it skipped.

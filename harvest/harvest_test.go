@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -289,5 +291,165 @@ func TestFailpointSteps(t *testing.T) {
 	})
 	if fmt.Sprint(steps) != "[[announce transfer written published] [announce transfer]]" {
 		t.Errorf("steps per rank: %v", steps)
+	}
+}
+
+// Two nodes of one job disagree about a name being a file or a directory
+// (a file x on one, x/y on the other), or a job replaced a directory of
+// DEST by a file: the layer is a tree, the lowest rank's unit kept and
+// the other reported skipped on its node; the set then loads and merges
+// (H1 of the 2026-12-01b review: the layer held x and x/y, and every
+// later load failed).
+func TestNodesDisagreeOnKind(t *testing.T) {
+	type node []string // in order: "name=content" writes a file, "-name" removes name
+	cases := []struct {
+		name  string
+		base  map[string]string
+		nodes []node
+		layer map[string]string   // the layer's files
+		skip  []map[string]string // per node: name → a part of why
+		view  map[string]string   // the set's files after the harvest
+	}{
+		{"a directory on node 0, a file on node 1",
+			map[string]string{"base": "b"},
+			[]node{{"x/y=node 0"}, {"x=node 1"}},
+			map[string]string{"x/y": "node 0"},
+			[]map[string]string{nil, {"x": "a file here and a directory on kbn0 (rank 0), whose x/y the harvest takes"}},
+			map[string]string{"base": "b", "x/y": "node 0"}},
+		{"a file on node 0, a directory on node 1",
+			map[string]string{"base": "b"},
+			[]node{{"x=node 0"}, {"x/y/z=node 1", "w=w1"}},
+			map[string]string{"x": "node 0", "w": "w1"},
+			[]map[string]string{nil, {"x/y/z": "below x, a file on kbn0 (rank 0), which the harvest takes"}},
+			map[string]string{"base": "b", "x": "node 0", "w": "w1"}},
+		{"a Numba unit below another node's file, left out whole",
+			map[string]string{"base": "b"},
+			[]node{{"m=a file"}, {"m/f-1.py312.nbi=i", "m/f-1.py312.1.nbc=c"}},
+			map[string]string{"m": "a file"},
+			[]map[string]string{nil, {"m/f-1.py312.nbi": "kbn0 (rank 0)", "m/f-1.py312.1.nbc": "kbn0 (rank 0)"}},
+			map[string]string{"base": "b", "m": "a file"}},
+		{"the job replaced a directory of DEST by a file",
+			map[string]string{"numba/sub/k1": "a", "numba/k2": "b"},
+			[]node{{"-numba/sub", "numba/sub=now a file"}, {}},
+			map[string]string{"numba/sub": "now a file"},
+			nil,
+			map[string]string{"numba/sub": "now a file", "numba/k2": "b"}},
+		{"the job replaced a file of DEST by a directory",
+			map[string]string{"numba/sub": "a", "numba/k2": "b"},
+			[]node{{"-numba/sub", "numba/sub/k1=new"}, {}},
+			map[string]string{"numba/sub/k1": "new"},
+			nil,
+			map[string]string{"numba/sub/k1": "new", "numba/k2": "b"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+			install(t, set, dest, len(tc.nodes), tc.base)
+			for i, n := range tc.nodes {
+				d := fmt.Sprintf("%s.node%d", dest, i)
+				for _, op := range n {
+					if name, ok := strings.CutPrefix(op, "-"); ok {
+						if err := os.RemoveAll(filepath.Join(d, name)); err != nil {
+							t.Fatal(err)
+						}
+						continue
+					}
+					name, c, _ := strings.Cut(op, "=")
+					write(t, d, name, c)
+				}
+			}
+			s := run(t, set, dest, len(tc.nodes), 1)[0]
+			if s.Layer == "" {
+				t.Fatalf("no layer: %+v", s)
+			}
+			if got := layerFiles(t, s.Layer); !maps.Equal(got, tc.layer) {
+				t.Errorf("layer %v, want %v", got, tc.layer)
+			}
+			for i, n := range s.Nodes {
+				var want map[string]string
+				if i < len(tc.skip) {
+					want = tc.skip[i]
+				}
+				got := map[string]string{}
+				for _, sk := range n.Skipped {
+					got[sk.Name] = sk.Why
+				}
+				if len(got) != len(want) {
+					t.Errorf("node %d skipped %v, want %v", i, got, want)
+				}
+				for name, why := range want {
+					if !strings.Contains(got[name], why) {
+						t.Errorf("node %d: %s skipped as %q, want %q", i, name, got[name], why)
+					}
+				}
+			}
+			report := strings.Join(Report(s), "\n")
+			for _, w := range tc.skip {
+				for name := range w {
+					if !strings.Contains(report, "skipped") || !strings.Contains(report, name+" (") {
+						t.Errorf("the report does not say %s was skipped:\n%s", name, report)
+					}
+				}
+			}
+			// The set loads, with the layer's view, and merges.
+			os_, err := bundle.OpenSet(set, &bundle.OpenOptions{Trusted: true})
+			if err != nil {
+				t.Fatalf("the set no longer opens: %v", err)
+			}
+			st, err := os_.Read[0].Stage(context.Background(), filepath.Join(dir, "next"), os_.StageOptions(bundle.ExtractOptions{}))
+			if err != nil {
+				os_.Close()
+				t.Fatalf("the next load fails: %v", err)
+			}
+			st.Abort()
+			view := map[string]string{}
+			for _, e := range os_.Merged(bundle.CacheUnit) {
+				if !e.Dir {
+					b, _ := os_.Read[e.Layer].ReadFile(e.Name)
+					view[e.Name] = string(b)
+				}
+			}
+			os_.Close()
+			if !maps.Equal(view, tc.view) {
+				t.Errorf("the set's view %v, want %v", view, tc.view)
+			}
+			if _, err := bundle.MergeSet(context.Background(), set, &bundle.MergeOptions{Unit: bundle.CacheUnit}); err != nil {
+				t.Fatalf("merge: %v", err)
+			}
+			r, err := bundle.Open(set, nil)
+			if err != nil {
+				t.Fatalf("the merged base does not open: %v", err)
+			}
+			r.Close()
+		})
+	}
+}
+
+// choose settles the tree before the Writer checks the names: names a
+// leader should never send (absolute, "..", a file and its child in one
+// list) end its walk up the parents and are resolved or left to the
+// Writer to refuse; choose never hangs on them.
+func TestChooseOddNames(t *testing.T) {
+	f := func(name string) File { return File{Name: name, Size: 1, Dig: name, New: true} }
+	lists := []*list{
+		{Host: "kbn0", Files: []File{f("/etc/evil"), f("../../up"), f("p")}},
+		{Host: "kbn1", First: 1, Last: 1, Files: []File{f("/etc"), f("p/q"), f("a//b"), f("/")}},
+	}
+	done := make(chan [][]int, 1)
+	go func() { _, c := choose(lists, nil); done <- c }()
+	select {
+	case c := <-done:
+		var got []string
+		for r, is := range c {
+			for _, i := range is {
+				got = append(got, lists[r].Files[i].Name)
+			}
+		}
+		if want := []string{"/etc/evil", "../../up", "p", "a//b", "/"}; !slices.Equal(got, want) {
+			t.Errorf("chose %q, want %q (p/q below node 0's file p, /etc above its /etc/evil)", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("choose hangs")
 	}
 }
