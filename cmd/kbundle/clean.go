@@ -40,6 +40,7 @@ func init() {
 		Description: "Removes each DEST only when kbundle installed it: a directory of yours, not a symlink or a mount point,\n" +
 			"holding " + bundle.InstalledMarker + " (the rule --force follows), that no live load is installing now.\n" +
 			"Anything else is refused and left as it is. A DEST that does not exist is nothing to do.\n" +
+			"Without DEST (nor --job, --older-than, --all-mine, --stale), $KBUNDLE_LOCAL_DIR, load's default DEST.\n" +
 			"--all-mine (and --job or --older-than without DEST) also considers every tree of yours named like the\n" +
 			"default DEST ($TMPDIR/kbundle-$USER-*); --job and --older-than then keep those they do not select,\n" +
 			"and --all-mine and --older-than never remove a tree whose job still runs on this node.\n" +
@@ -84,6 +85,9 @@ func cleanAction(c *cli.Context) error {
 	job, allMine := c.String("job"), c.Bool("all-mine")
 	older, _ := c.Generic("older-than").(*olderThanValue)
 	byAge := older != nil && older.set
+	if d := os.Getenv("KBUNDLE_LOCAL_DIR"); len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine && d != "" {
+		dests = []string{d} // load's and harvest's default DEST
+	}
 	if len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine {
 		return cli.Exit("usage: kbundle clean [--job ID] [--older-than D] [--all-mine] [--stale DIR]... [DEST...] (see kbundle clean --help)", exitUsage)
 	}

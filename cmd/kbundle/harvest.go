@@ -47,7 +47,7 @@ func init() {
 			"1 error (nothing was published), 2 usage error or refusal (nothing was published).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "the bundle set's `PATH` (or give it as the argument; default: the set DEST was loaded from) [$KBUNDLE_BUNDLE]"},
-			dirFlag,
+			&cli.StringFlag{Name: "dir", Usage: "the cache directory `DIR`: harvest into DIR/" + broadcast.BundleName + " [$" + broadcast.CacheDirEnv + "]"},
 			&cli.StringFlag{Name: "to", Usage: "node-local `DEST` that load installed (default: the job's, found by its install record) [$KBUNDLE_LOCAL_DIR]"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested and pruned; move and write nothing"},

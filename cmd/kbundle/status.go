@@ -43,22 +43,36 @@ func init() {
 		Description: "Reads each DEST's install record (" + bundle.InstalledMarker + "): the set and its layers, when and by\n" +
 			"which job it was installed, the presets and their exports, the size, and whether the tree still\n" +
 			"matches what was installed (new, changed and missing entries, counted).\n" +
-			"Without DEST it shows every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*).\n" +
+			"Without DEST it shows every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*),\n" +
+			"and $KBUNDLE_LOCAL_DIR's.\n" +
 			"Under a launcher of several tasks (the MPI build) it is collective: the lowest rank of each node reads\n" +
 			"that node's trees, and rank 0 prints one line a node and tree, identical nodes merged (kbn[1-3]).\n" +
 			"Exit 0 when it could read what it was asked, nothing installed included; 1 when a DEST is not a\n" +
 			"tree kbundle installed, or its record or tree could not be read.",
 		Flags: []cli.Flag{jsonFlag,
-			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout}, EnvVars: []string{"KBUNDLE_TIMEOUT"},
-				Usage: "under a launcher: end the status (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m)"}},
+			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout},
+				Usage: "under a launcher: end the status (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m) [$KBUNDLE_TIMEOUT]"}},
 		Action: statusAction,
 	})
 }
 
 func statusAction(c *cli.Context) error {
 	dests := c.Args().Slice()
-	if det, err := detect.FromEnviron(); err == nil && det.MPI && det.Size > 1 {
-		return statusNodes(c, det, dests)
+	var given *float64
+	if c.IsSet("timeout") {
+		s := timeout(c).Seconds()
+		given = &s
+	}
+	// As load's and harvest's: the same variable, the same words.
+	d, err := loadcmd.ResolveTimeout(given, loadcmd.CLI, os.Getenv)
+	if det, derr := detect.FromEnviron(); derr == nil && det.MPI && det.Size > 1 {
+		if err != nil {
+			return (&loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}).fail(err.Error(), exitUsage)
+		}
+		return statusNodes(c, det, dests, d)
+	}
+	if err != nil {
+		return cli.Exit(err.Error(), exitUsage)
 	}
 	scanned := len(dests) == 0
 	out := statusJSON{jsonHead: okHead()}

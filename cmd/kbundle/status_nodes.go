@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,17 +13,11 @@ import (
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/internal/hostlist"
-	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 )
 
 // nodeStatusJSON is one node of `kbundle status --json` under a launcher.
-type nodeStatusJSON struct {
-	Host      string       `json:"host"`
-	FirstRank int          `json:"first_rank"`
-	LastRank  int          `json:"last_rank"`
-	Trees     []statusTree `json:"trees"`
-}
+type nodeStatusJSON = loadcmd.NodeTrees
 
 // statusNodesJSON is `kbundle status --json` under a launcher: one
 // object, from rank 0, with every node.
@@ -32,15 +26,12 @@ type statusNodesJSON struct {
 	Nodes []nodeStatusJSON `json:"nodes"`
 }
 
-// statusTag tags the nodes' status messages.
-const statusTag = 29
-
 // statusNodes is `kbundle status` under a launcher of several tasks:
 // collective, once per node (the lowest rank of each reads its trees),
 // gathered on rank 0, which prints one line a node and tree, the nodes
 // whose lines are identical merged in hostlist form. Every rank exits
 // with the same status.
-func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) {
+func statusNodes(c *cli.Context, det detect.Result, dests []string, d time.Duration) (err error) {
 	l := &loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}
 	if !mpi.Enabled {
 		return l.fail(fmt.Sprintf("this kbundle was built without MPI, and the launcher started %d tasks: status under a launcher runs once per node "+
@@ -49,53 +40,19 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) 
 	if err := l.mismatch(det, 0); err != nil {
 		return err
 	}
-	w, done, jerr := l.joinMPI(det, "status", timeout(c))
+	w, done, jerr := l.joinMPI(det, "status", d)
 	if jerr != nil {
 		return jerr
 	}
 	defer done(&err)
 	world := broadcast.FromMPI(w)
-	lp, kerr := loadcmd.Knobs(os.Getenv)
-	if kerr != nil {
-		return l.fail(kerr.Error(), exitUsage)
-	}
-	var node broadcast.NodeComm
-	if lp.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/lp.RanksPerNode, world.Rank())
-		for i := range dests {
-			dests[i] = load.FakeNodeDest(dests[i], lp.RanksPerNode, world.Rank())
-		}
-	} else {
-		node, err = world.SplitShared()
-	}
-	if err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	defer node.Free()
-	first, err1 := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
-	last, err2 := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
-	if err := errors.Join(err1, err2); err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	color := 1
-	if node.Rank() == 0 {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	defer group.Free()
-	bad := int64(0)
 	var out statusNodesJSON
-	if color == 0 {
-		mine := nodeStatusJSON{Host: lp.Host, FirstRank: int(first), LastRank: int(last)}
-		mine.Trees, bad = collectStatus(dests)
-		if out.Nodes, err = gatherStatus(group, mine); err != nil {
-			return cli.Exit(err.Error(), exitError)
-		}
-	}
-	if bad, err = world.AllreduceInt64(bad, mpi.Sum); err != nil {
+	var bad int64
+	out.Nodes, bad, err = loadcmd.StatusNodes(world, dests, os.Getenv)
+	switch {
+	case errors.Is(err, loadcmd.ErrUsage):
+		return l.fail(err.Error(), exitUsage)
+	case err != nil:
 		return cli.Exit(err.Error(), exitError)
 	}
 	if world.Rank() == 0 {
@@ -117,35 +74,6 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string) (err error) 
 		return l.fail(fmt.Sprintf("%d trees on the nodes are not kbundle's or could not be read (named above)", bad), exitError)
 	}
 	return nil
-}
-
-// gatherStatus sends this leader's status to rank 0 of group, which
-// returns every leader's, in rank order.
-func gatherStatus(group broadcast.NodeComm, mine nodeStatusJSON) ([]nodeStatusJSON, error) {
-	if group.Size() == 1 {
-		return []nodeStatusJSON{mine}, nil
-	}
-	p2p, ok := group.(broadcast.P2P)
-	if !ok {
-		return nil, errors.New("status: the communicator has no point-to-point messages")
-	}
-	if group.Rank() != 0 {
-		b, _ := json.Marshal(mine)
-		return nil, broadcast.SendMsg(p2p, b, 0, statusTag)
-	}
-	all := []nodeStatusJSON{mine}
-	for r := 1; r < group.Size(); r++ {
-		b, err := broadcast.RecvMsg(p2p, r, statusTag, 1<<30)
-		if err != nil {
-			return nil, fmt.Errorf("status: from leader %d: %w", r, err)
-		}
-		var n nodeStatusJSON
-		if err := json.Unmarshal(b, &n); err != nil {
-			return nil, fmt.Errorf("status: from leader %d: %w", r, err)
-		}
-		all = append(all, n)
-	}
-	return all, nil
 }
 
 // nodeStatusLines are one line a tree, "HOSTS: DEST: what", the nodes

@@ -247,6 +247,13 @@ func setFolder(path string, parents bool, f Front) error {
 	return nil
 }
 
+// ResolveTimeout is the timeout of a collective command other than load
+// and harvest (status): seconds given (nil: not given), else
+// $KBUNDLE_TIMEOUT, else DefaultTimeout, checked and worded as for load.
+func ResolveTimeout(seconds *float64, f Front, getenv func(string) string) (time.Duration, error) {
+	return resolveTimeout(Request{Timeout: seconds}, f, getenv)
+}
+
 func resolveTimeout(r Request, f Front, getenv func(string) string) (time.Duration, error) {
 	if s := r.Timeout; s != nil {
 		if *s < 0 || *s > float64(math.MaxInt64/int64(time.Second)) || *s != *s {

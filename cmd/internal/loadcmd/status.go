@@ -3,14 +3,18 @@ package loadcmd
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 
+	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
 
@@ -65,14 +69,18 @@ type TreeChange struct {
 
 // Status is the status of each DEST, or without DEST of every
 // tree of yours named like the default DEST (directories kbundle did not
-// install are left out then), and how many are not kbundle's or could
-// not be read.
+// install are left out then) and $KBUNDLE_LOCAL_DIR's, and how many are
+// not kbundle's or could not be read.
 func Status(dests []string, getenv func(string) string) ([]Tree, int64) {
 	scanned := len(dests) == 0
 	if scanned {
 		var err error
 		if dests, err = MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
 			return []Tree{{Dest: MinePrefix(getenv("TMPDIR"), UserName()) + "*", State: StateUnreadable, Reason: err.Error()}}, 1
+		}
+		// $KBUNDLE_LOCAL_DIR is load's and harvest's default DEST too.
+		if d := getenv("KBUNDLE_LOCAL_DIR"); d != "" && !slices.Contains(dests, d) {
+			dests = append(dests, d)
 		}
 	}
 	trees := []Tree{}
@@ -256,4 +264,99 @@ func StatusOf(req []byte) StatusAnswer {
 		a.OK, a.Kind, a.Reason = false, Failed, strings.Join(bad, "\n")
 	}
 	return a
+}
+
+// NodeTrees is one node's trees in a collective status (`kbundle status`
+// under a launcher): the node's leader, its ranks, and Status of its
+// DESTs.
+type NodeTrees struct {
+	Host      string `json:"host"`
+	FirstRank int    `json:"first_rank"`
+	LastRank  int    `json:"last_rank"`
+	Trees     []Tree `json:"trees"`
+}
+
+// statusTag tags the leaders' status messages.
+const statusTag = 29
+
+// StatusNodes is Status on every node of world, collective: the lowest
+// rank of each node reads its trees (dests, a fake node's under
+// KBUNDLE_TEST_RANKS_PER_NODE; none: the default DEST's siblings), and
+// rank 0 returns every node's, in rank order. bad is how many trees on
+// all nodes are not kbundle's or could not be read, the same on every
+// rank. An error is this rank's communication failure, or a knob's
+// usage error (ErrUsage), the same on every rank.
+func StatusNodes(world broadcast.NodeComm, dests []string, getenv func(string) string) (nodes []NodeTrees, bad int64, err error) {
+	k, err := knobs(getenv)
+	if err != nil {
+		return nil, 0, &usageError{err}
+	}
+	var node broadcast.NodeComm
+	if k.RanksPerNode > 0 {
+		node, err = world.Split(world.Rank()/k.RanksPerNode, world.Rank())
+		dests = slices.Clone(dests)
+		for i := range dests {
+			dests[i] = load.FakeNodeDest(dests[i], k.RanksPerNode, world.Rank())
+		}
+	} else {
+		node, err = world.SplitShared()
+	}
+	if err != nil {
+		return nil, 0, AtComm(err)
+	}
+	defer node.Free()
+	first, err1 := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
+	last, err2 := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, 0, AtComm(err)
+	}
+	color := 1
+	if node.Rank() == 0 {
+		color = 0
+	}
+	group, err := world.Split(color, world.Rank())
+	if err != nil {
+		return nil, 0, AtComm(err)
+	}
+	defer group.Free()
+	if color == 0 {
+		mine := NodeTrees{Host: k.Host, FirstRank: int(first), LastRank: int(last)}
+		mine.Trees, bad = Status(dests, getenv)
+		if nodes, err = gatherStatus(group, mine); err != nil {
+			return nil, 0, AtComm(err)
+		}
+	}
+	if bad, err = world.AllreduceInt64(bad, mpi.Sum); err != nil {
+		return nil, 0, AtComm(err)
+	}
+	return nodes, bad, nil
+}
+
+// gatherStatus sends this leader's status to rank 0 of group, which
+// returns every leader's, in rank order.
+func gatherStatus(group broadcast.NodeComm, mine NodeTrees) ([]NodeTrees, error) {
+	if group.Size() == 1 {
+		return []NodeTrees{mine}, nil
+	}
+	p2p, ok := group.(broadcast.P2P)
+	if !ok {
+		return nil, errors.New("status: the communicator has no point-to-point messages")
+	}
+	if group.Rank() != 0 {
+		b, _ := json.Marshal(mine)
+		return nil, broadcast.SendMsg(p2p, b, 0, statusTag)
+	}
+	all := []NodeTrees{mine}
+	for r := 1; r < group.Size(); r++ {
+		b, err := broadcast.RecvMsg(p2p, r, statusTag, 1<<30)
+		if err != nil {
+			return nil, fmt.Errorf("status: from leader %d: %w", r, err)
+		}
+		var n NodeTrees
+		if err := json.Unmarshal(b, &n); err != nil {
+			return nil, fmt.Errorf("status: from leader %d: %w", r, err)
+		}
+		all = append(all, n)
+	}
+	return all, nil
 }
