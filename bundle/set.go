@@ -389,27 +389,40 @@ var claimRe = regexp.MustCompile(`^\.([0-9]{6})\.claim$`)
 // and its links: a test hook (another writer publishes in between).
 var layerListed func()
 
-// mkLayerDir makes a set's layer directory (none there yet), 0755, or
-// 0775 when the set's directory parent lets its group write (a group's
-// shared set: the other members add their layers too), keeping a setgid
-// bit the directory got from parent.
+// mkLayerDir makes a set's layer directory, 0755, or 0775 (g+rwx) when parent,
+// the set's directory, is a group's shared directory (groupShared: the
+// other members add their layers and use records too), keeping a setgid
+// bit the directory got from parent. Linking a layer and writing a use
+// record both make it here, by this one rule (H5 of the 2026-12-01b
+// review). One of ours that a kbundle before this rule made without the
+// group's write bit in such a directory is given it.
 func mkLayerDir(dir, parent string) error {
 	err := os.Mkdir(dir, 0o755)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	pfi, err := os.Stat(parent)
-	if err != nil || pfi.Mode().Perm()&0o020 == 0 {
+	var pst, st unix.Stat_t
+	if unix.Stat(parent, &pst) != nil || !groupShared(&pst) {
 		return nil
 	}
-	fi, err := os.Lstat(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return nil // not ours to fix: linking into it says what is wrong
 	}
-	return os.Chmod(dir, 0o775|fi.Mode()&fs.ModeSetgid)
+	defer unix.Close(fd)
+	if unix.Fstat(fd, &st) != nil || st.Uid != uint32(os.Geteuid()) || st.Mode&0o070 == 0o070 {
+		return nil
+	}
+	return unix.Fchmod(fd, st.Mode&0o7777|0o070)
+}
+
+// groupShared reports whether st is a directory its group may write and
+// others may not, and not a sticky shared one (sharedDir: the system's
+// temporary directory, /dev/shm, a 1777 scratch): a layer directory
+// made group-writable there would be refused as untrusted (its group
+// is the writer's own), H4 of the 2026-12-01b review.
+func groupShared(st *unix.Stat_t) bool {
+	return st.Mode&0o020 != 0 && st.Mode&0o002 == 0 && !sharedDir(st)
 }
 
 func countAbove(ls []SetLayer, folded int) int {

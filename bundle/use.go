@@ -145,7 +145,7 @@ func writeUseFile(ctx context.Context, path string, rec *UseRecord) (string, err
 		return "", err
 	}
 	dir := LayerDir(path)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := mkLayerDir(dir, filepath.Dir(path)); err != nil {
 		return "", fmt.Errorf("cannot make %s: %w", dir, err)
 	}
 	tmp, err := newTempFile(filepath.Dir(path))

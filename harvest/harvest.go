@@ -157,6 +157,9 @@ type Summary struct {
 	Prune     *bundle.Prune `json:"prune,omitempty"`
 	Folded    int           `json:"folded,omitempty"`
 	PruneNote string        `json:"prune_note,omitempty"`
+	// Untrusted is why a load would refuse the published bundle as
+	// untrusted (its file or a directory on the way): "" when it would not.
+	Untrusted string `json:"untrusted,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -404,6 +407,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		return outcome(sum, err), nil
 	}
 	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
+	if pub.Untrusted != nil {
+		sum.Untrusted = pub.Untrusted.Error()
+	}
 	settle(ctx, plan, sum, lists, choice, uses, now)
 	return outcome(sum, nil), nil
 }
