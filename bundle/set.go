@@ -284,7 +284,7 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	fi, err := finishTemp(ctx, tmp)
+	fi, err := finishTemp(ctx, tmp, bundlePerm(w))
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +644,7 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	fi, err := finishTemp(ctx, tmp)
+	fi, err := finishTemp(ctx, tmp, bundlePerm(w))
 	if err != nil {
 		return nil, err
 	}

@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +56,9 @@ func TestAsUserHelper(t *testing.T) {
 			t.Fatal(err)
 		}
 		fmt.Printf("untrusted: %v\n", p.Untrusted)
+	case "read": // read FILE
+		b, err := os.ReadFile(args[0])
+		fmt.Printf("read %d bytes: %v\n", len(b), err)
 	case "use": // use SET UNIT
 		if _, err := WriteUseRecord(ctx, args[0], &UseRecord{By: "harvest", Units: map[string]Use{args[1]: {Time: time.Now()}}}); err != nil {
 			t.Fatal(err)
@@ -274,4 +280,99 @@ func openBoth(t *testing.T, set string, team int, alice, bob testUser, trustBob,
 			t.Errorf("%s's load of the set: want %d bundles:\n%s", c.u.name, want, out)
 		}
 	}
+}
+
+// TestPrivateFilesPrivateBundle is X4 of the 2026-12-01b review: a file
+// the job wrote 0600 into DEST was harvested into a layer that was
+// always 0644, which any local user could read. A bundle (layer, merged
+// base, packed bundle) is never more readable than what it holds: the
+// group's and others' read bits go when a file lacks them, or a
+// directory their search bit. Another real user then cannot read it.
+func TestPrivateFilesPrivateBundle(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		files map[string]fs.FileMode // name → mode; "d/" a directory
+		want  fs.FileMode
+	}{
+		{"all readable", map[string]fs.FileMode{"a": 0o644, "d/": 0o755, "d/b": 0o444}, 0o644},
+		{"a private file", map[string]fs.FileMode{"a": 0o644, "credentials": 0o600}, 0o600},
+		{"group-readable", map[string]fs.FileMode{"a": 0o640}, 0o640},
+		{"a private directory", map[string]fs.FileMode{"d/": 0o700, "d/b": 0o644}, 0o600},
+		{"a group directory", map[string]fs.FileMode{"d/": 0o750, "d/b": 0o644}, 0o640},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			set := filepath.Join(dir, "set.kbundle")
+			writeLayer(t, set, map[string]string{"base": "x"})
+			p, err := WriteLayer(context.Background(), set, nil, func(w *Writer) error {
+				for n, m := range c.files {
+					var err error
+					if strings.HasSuffix(n, "/") {
+						err = w.Mkdir(strings.TrimSuffix(n, "/"), m, time.Unix(1, 0))
+					} else {
+						err = w.WriteFile(n, m, time.Unix(1, 0), []byte("secret"))
+					}
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(p.Path)
+			if err != nil || fi.Mode().Perm() != c.want {
+				t.Fatalf("layer %s: mode %v, %v; want %04o", p.Path, fi.Mode(), err, c.want)
+			}
+			if _, err := MergeSet(context.Background(), set, &MergeOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(set); err != nil || fi.Mode().Perm() != c.want {
+				t.Errorf("merged base: mode %v, %v; want %04o", fi.Mode(), err, c.want)
+			}
+			src := t.TempDir()
+			for _, n := range slices.Sorted(maps.Keys(c.files)) { // "d/" before "d/b"
+				q := filepath.Join(src, strings.TrimSuffix(n, "/"))
+				if strings.HasSuffix(n, "/") {
+					err = os.Mkdir(q, 0o700)
+				} else {
+					err = os.WriteFile(q, []byte("secret"), 0o600)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			for n, m := range c.files { // the modes, directories last (a 0500 one stays enterable by root only)
+				os.Chmod(filepath.Join(src, strings.TrimSuffix(n, "/")), m)
+			}
+			out := filepath.Join(dir, "packed.kbundle")
+			if _, err := Pack(context.Background(), src, out, nil); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != c.want {
+				t.Errorf("packed bundle: mode %v, %v; want %04o", fi.Mode(), err, c.want)
+			}
+		})
+	}
+	t.Run("another user", func(t *testing.T) {
+		alice, bob, team := teamUsers(t)
+		root := sharedRoot(t)
+		os.Chown(root, alice.uid, alice.gid)
+		set := filepath.Join(root, "set.kbundle")
+		if out, ok := asUser(t, alice, team, nil, "pack", set, "k", "base"); !ok {
+			t.Fatal(out)
+		}
+		p, err := WriteLayer(context.Background(), set, nil, func(w *Writer) error {
+			return w.WriteFile("credentials", 0o600, time.Unix(1, 0), []byte("token=s3cr3t"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(p.Path, alice.uid, alice.gid)
+		out, _ := asUser(t, bob, team, nil, "read", p.Path)
+		if !strings.Contains(out, "permission denied") {
+			t.Errorf("bob reads alice's private layer:\n%s", out)
+		}
+	})
 }

@@ -159,7 +159,7 @@ func writeUseFile(ctx context.Context, path string, rec *UseRecord) (string, err
 	if _, err := tmp.Write(append(b, '\n')); err != nil {
 		return "", fmt.Errorf("cannot write a use record of %s: %w", path, err)
 	}
-	if _, err := finishTemp(ctx, tmp); err != nil {
+	if _, err := finishTemp(ctx, tmp, 0o644); err != nil {
 		return "", err
 	}
 	for try := 0; try < 100; try++ {
