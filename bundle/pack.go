@@ -202,7 +202,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := w.Close(); err != nil {
 		return nil, inFile(err, dir)
 	}
-	fi, err := finishTemp(ctx, tmp, bundlePerm(w))
+	fi, err := finishTemp(ctx, tmp, 0o644) // asked for: bundlePerm is for what harvest and merge write unasked
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,8 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 }
 
 // finishTemp makes a bundle written to the temporary file tmp ready to
-// be renamed into place: mode perm (bundlePerm; 0644 for a use record),
+// be renamed into place: mode perm (bundlePerm for a layer or merged
+// base; 0644 for a packed bundle or a use record),
 // synced; it returns its stat. It is the last chance to stop: cancelled
 // here, the file in place stays and the temporary goes; after the rename
 // the write has succeeded (S8).
@@ -242,7 +243,8 @@ func finishTemp(ctx context.Context, tmp *os.File, perm fs.FileMode) (os.FileInf
 	return fi, ctx.Err()
 }
 
-// bundlePerm is the mode of a bundle holding what w wrote: 0644, less
+// bundlePerm is the mode of a layer or merged base holding what w
+// wrote: 0644, less
 // the group's read bit when a file of it is not readable by its group or
 // a directory not searchable by it, and the same for others. A bundle is
 // never more readable than what it holds was (X4 of the 2026-12-01b

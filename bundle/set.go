@@ -530,7 +530,9 @@ type MergeResult struct {
 	// records named in UsesFolded.
 	UseRecord  string
 	UsesFolded []string
-	DryRun     bool
+	// UsesSkipped are the use records ReadUses left out (SetUses.Skipped).
+	UsesSkipped []string
+	DryRun      bool
 }
 
 // MergeSet folds the set's layers into one base bundle with the merged
@@ -569,9 +571,10 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	var units []Unit
 	var uses *SetUses
 	if s.HasDeltas() || opt.MaxSize > 0 || opt.Drop != nil {
-		if uses, err = ReadUses(path); err != nil {
+		if uses, err = ReadUses(path, opt.Trust); err != nil {
 			return nil, err
 		}
+		res.UsesSkipped = uses.Skipped
 		units = s.units(merged, opt.Unit, uses.Units)
 	}
 	var drop map[string]bool

@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -285,7 +283,7 @@ func openBoth(t *testing.T, set string, team int, alice, bob testUser, trustBob,
 // TestPrivateFilesPrivateBundle is X4 of the 2026-12-01b review: a file
 // the job wrote 0600 into DEST was harvested into a layer that was
 // always 0644, which any local user could read. A bundle (layer, merged
-// base, packed bundle) is never more readable than what it holds: the
+// base) is never more readable than what it holds: the
 // group's and others' read bits go when a file lacks them, or a
 // directory their search bit. Another real user then cannot read it.
 func TestPrivateFilesPrivateBundle(t *testing.T) {
@@ -331,28 +329,6 @@ func TestPrivateFilesPrivateBundle(t *testing.T) {
 			if fi, err := os.Stat(set); err != nil || fi.Mode().Perm() != c.want {
 				t.Errorf("merged base: mode %v, %v; want %04o", fi.Mode(), err, c.want)
 			}
-			src := t.TempDir()
-			for _, n := range slices.Sorted(maps.Keys(c.files)) { // "d/" before "d/b"
-				q := filepath.Join(src, strings.TrimSuffix(n, "/"))
-				if strings.HasSuffix(n, "/") {
-					err = os.Mkdir(q, 0o700)
-				} else {
-					err = os.WriteFile(q, []byte("secret"), 0o600)
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-			for n, m := range c.files { // the modes, directories last (a 0500 one stays enterable by root only)
-				os.Chmod(filepath.Join(src, strings.TrimSuffix(n, "/")), m)
-			}
-			out := filepath.Join(dir, "packed.kbundle")
-			if _, err := Pack(context.Background(), src, out, nil); err != nil {
-				t.Fatal(err)
-			}
-			if fi, err := os.Stat(out); err != nil || fi.Mode().Perm() != c.want {
-				t.Errorf("packed bundle: mode %v, %v; want %04o", fi.Mode(), err, c.want)
-			}
 		})
 	}
 	t.Run("another user", func(t *testing.T) {
@@ -375,4 +351,55 @@ func TestPrivateFilesPrivateBundle(t *testing.T) {
 			t.Errorf("bob reads alice's private layer:\n%s", out)
 		}
 	})
+}
+
+// TestUseRecordsTrustedWriters is X1 of the 2026-12-01b review: use
+// records were honoured whoever wrote them, so a member whose layers the
+// reader refuses decided, with one record dated 2099, what the reader's
+// pruning deleted. A record is read only when its owner is trusted as a
+// layer's would be; another's is skipped and named, and a last use in
+// the future counts as now.
+func TestUseRecordsTrustedWriters(t *testing.T) {
+	alice, bob, team := teamUsers(t)
+	dir := filepath.Join(sharedRoot(t), "proj")
+	os.Mkdir(dir, 0o755)
+	os.Chown(dir, alice.uid, team)
+	unix.Chmod(dir, 0o2775)
+	set := filepath.Join(dir, "set.kbundle")
+	writeLayer(t, set, map[string]string{"u1": "1", "u2": "2"})
+	os.Mkdir(LayerDir(set), 0o2775)
+	write := func(name string, u testUser, units string) string {
+		p := filepath.Join(LayerDir(set), name)
+		b := `{"kbundle_use_record":1,"written":"2026-12-01T00:00:00Z","by":"harvest","units":[` + units + "]}\n"
+		if err := os.WriteFile(p, []byte(b), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Lchown(p, u.uid, team)
+		return p
+	}
+	write("use-00000000000000a1.json", alice, `{"unit":"u1","last_use":"2026-11-30T00:00:00Z"}`)
+	bobs := write("use-00000000000000b0.json", bob, `{"unit":"u2","last_use":"2099-01-01T00:00:00Z"}`)
+	trustAlice := &TrustPolicy{Owners: []uint32{uint32(alice.uid)}, Groups: []uint32{uint32(team)}}
+	u, err := ReadUses(set, trustAlice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := u.Units["u2"]; ok || len(u.Records) != 1 || len(u.Skipped) != 1 || !strings.Contains(u.Skipped[0], bobs) || !strings.Contains(u.Skipped[0], testBob) {
+		t.Fatalf("bob's record was not skipped and named: %+v", u)
+	}
+	if _, ok := u.Units["u1"]; !ok {
+		t.Fatalf("alice's (trusted) record was not read: %+v", u)
+	}
+	res, err := MergeSet(context.Background(), set, &MergeOptions{LayerOptions: LayerOptions{Trust: trustAlice}, Unit: CacheUnit, MaxSize: 1, DryRun: true})
+	if err != nil || len(res.UsesSkipped) != 1 {
+		t.Fatalf("MergeSet = %+v, %v; want bob's record skipped and named", res, err)
+	}
+	both := &TrustPolicy{Owners: []uint32{uint32(alice.uid), uint32(bob.uid)}}
+	u, err = ReadUses(set, both)
+	if err != nil || len(u.Records) != 2 || len(u.Skipped) != 0 {
+		t.Fatalf("trusting bob too: %+v, %v", u, err)
+	}
+	if v := u.Units["u2"]; v.Time.After(time.Now().Add(useSkew)) {
+		t.Errorf("a last use in 2099 counts as %v, not as now", v.Time)
+	}
 }

@@ -160,6 +160,9 @@ type Summary struct {
 	// Untrusted is why a load would refuse the published bundle as
 	// untrusted (its file or a directory on the way): "" when it would not.
 	Untrusted string `json:"untrusted,omitempty"`
+	// UsesSkipped are the use records pruning left out (untrusted owner,
+	// damaged), each "PATH: why".
+	UsesSkipped []string `json:"uses_skipped,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -767,7 +770,7 @@ func settle(ctx context.Context, plan Plan, sum *Summary, lists []*list, choice 
 		sum.PruneNote = "pruning failed: " + err.Error()
 		return
 	}
-	sum.Prune, sum.Folded, sum.SetBytes = res.Prune, res.Folded, res.Prune.After
+	sum.Prune, sum.Folded, sum.SetBytes, sum.UsesSkipped = res.Prune, res.Folded, res.Prune.After, res.UsesSkipped
 }
 
 func unknownNote(sum *Summary) string {
@@ -783,7 +786,7 @@ func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[s
 	switch {
 	case err == nil:
 		defer s.Close()
-		su, err := bundle.ReadUses(plan.Bundle)
+		su, err := bundle.ReadUses(plan.Bundle, plan.Trust)
 		if err != nil {
 			sum.PruneNote = "not pruned: " + err.Error()
 			return

@@ -93,6 +93,9 @@ func PruneReport(s *Summary) []string {
 			out = append(out, "the pruning merge folded "+what+" into the set's base; kept for running readers (kbundle merge --grace)")
 		}
 	}
+	for _, sk := range s.UsesSkipped {
+		out = append(out, "warning: use record "+bundle.Printable(sk))
+	}
 	return out
 }
 

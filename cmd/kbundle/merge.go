@@ -93,6 +93,9 @@ func mergeAction(c *cli.Context) error {
 				fmt.Fprintf(w, "kbundle: %s\n", safe(l))
 			}
 		}
+		for _, sk := range res.UsesSkipped {
+			fmt.Fprintf(w, "kbundle: warning: use record %s\n", safe(sk))
+		}
 		if len(res.Removed) > 0 {
 			fmt.Fprintf(w, "kbundle: removed %s folded before\n", plural(len(res.Removed), "layer", "layers"))
 		}
