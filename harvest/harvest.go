@@ -571,6 +571,16 @@ func scan(dest string) *list {
 	}
 	uid := uint32(os.Geteuid())
 	var same []File // unchanged files: kept with their unit if it changed
+	// A unit goes whole or not at all (X6 of the 2026-12-01b review): a
+	// file of it that cannot be read leaves the unit out, else the unit
+	// rule would drop the set's copy of that file.
+	bad := map[string]string{} // unit → its first unreadable file
+	unreadable := func(name, why string) {
+		l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + why})
+		if u := bundle.CacheUnit(name); u != name && bad[u] == "" {
+			bad[u] = name
+		}
+	}
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		l.Err = err.Error()
@@ -580,7 +590,7 @@ func scan(dest string) *list {
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if name != "." {
-				l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + errors.Unwrap(err).Error()})
+				unreadable(name, errors.Unwrap(err).Error())
 				return fs.SkipDir
 			}
 			return err
@@ -597,7 +607,7 @@ func scan(dest string) *list {
 		}
 		fi, err := d.Info()
 		if err != nil {
-			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			unreadable(name, err.Error())
 			return nil
 		}
 		st, _ := fi.Sys().(*syscall.Stat_t)
@@ -635,7 +645,7 @@ func scan(dest string) *list {
 		f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
 		d2, size, err := digestOf(root, name, dest, l.Origin)
 		if err != nil {
-			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			unreadable(name, err.Error())
 			return nil
 		}
 		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
@@ -664,12 +674,26 @@ func scan(dest string) *list {
 		if f.Size < 0 { // not read yet
 			d, size, err := digestOf(root, f.Name, dest, l.Origin)
 			if err != nil {
-				l.Skipped = append(l.Skipped, Skip{f.Name, "unreadable: " + err.Error()})
+				unreadable(f.Name, err.Error())
 				continue
 			}
 			f.Digest, f.Size, f.Dig = d, size, bundle.FormatDigest(d)
 		}
 		l.Files = append(l.Files, f)
+	}
+	if len(bad) > 0 {
+		kept := l.Files[:0]
+		for _, f := range l.Files {
+			if bad[bundle.CacheUnit(f.Name)] == "" {
+				kept = append(kept, f)
+			}
+		}
+		l.Files = kept
+		for _, u := range slices.Sorted(maps.Keys(bad)) {
+			if changed[u] {
+				l.Skipped = append(l.Skipped, Skip{u, "cache unit left out whole: its file " + bad[u] + " is unreadable, and a unit comes whole from one layer"})
+			}
+		}
 	}
 	return l
 }
