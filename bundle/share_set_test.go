@@ -241,6 +241,22 @@ func TestSharedSetOrders(t *testing.T) {
 			openBoth(t, set, team, alice, bob, trustBob, trustAlice, 3)
 		})
 	}
+	t.Run("2775/made-2755-before", func(t *testing.T) {
+		// A PATH.d that a kbundle before H5's fix made 2755 (alice's): her
+		// next use record or layer gives it the group's write bit.
+		set := group(t, false)
+		must(t, alice, trust, "pack", set, "k", "base")
+		os.Mkdir(LayerDir(set), 0o755)
+		os.Chown(LayerDir(set), alice.uid, team)
+		unix.Chmod(LayerDir(set), 0o2755)
+		if out, ok := asUser(t, bob, team, trustAlice, "layer", set, "b", "bob's"); ok {
+			t.Fatalf("bob's layer went into a 2755 PATH.d of alice's:\n%s", out)
+		}
+		must(t, alice, trust, "use", set, "k")
+		checkDir(t, set)
+		must(t, bob, trustAlice, "layer", set, "b", "bob's")
+		openBoth(t, set, team, alice, bob, trustBob, trustAlice, 2)
+	})
 	t.Run("1777", func(t *testing.T) {
 		tmp := filepath.Join(sharedRoot(t), "tmp")
 		os.Mkdir(tmp, 0o755)
