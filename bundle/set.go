@@ -389,14 +389,16 @@ var claimRe = regexp.MustCompile(`^\.([0-9]{6})\.claim$`)
 // and its links: a test hook (another writer publishes in between).
 var layerListed func()
 
-// mkLayerDir makes a set's layer directory, 0755, or 0775 (g+rwx) when parent,
-// the set's directory, is a group's shared directory (groupShared: the
-// other members add their layers and use records too), keeping a setgid
-// bit the directory got from parent. Linking a layer and writing a use
-// record both make it here, by this one rule (H5 of the 2026-12-01b
-// review). One of ours that a kbundle before this rule made without the
-// group's write bit in such a directory is given it.
+// mkLayerDir makes a set's layer directory (none there yet), 0755, or
+// 0775 when the set's directory parent lets its group write (a group's
+// shared set: the other members add their layers too), keeping a setgid
+// bit the directory got from parent.
 func mkLayerDir(dir, parent string) error {
+	// One rule, for a layer and a use record alike, whichever comes first
+	// (H5 of the 2026-12-01b review): g+rwx only where parent is a group's
+	// shared directory (groupShared), never in a sticky one others can
+	// write (H4). One of ours that a kbundle before this rule made without
+	// the group's write bit in such a directory is given it.
 	err := os.Mkdir(dir, 0o755)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
