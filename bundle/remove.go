@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -190,7 +191,18 @@ func (r *remover) opened(dirfd int, name string, fd int, rel string, depth int) 
 		if err != nil {
 			return false, err
 		}
+		if depth == 0 {
+			// The install record goes last, and stays with what was left:
+			// a later clean (once the mount or the other user's directory
+			// is gone) still knows the tree for kbundle's.
+			if i := slices.Index(names, InstalledMarker); i >= 0 {
+				names = append(slices.Delete(names, i, i+1), InstalledMarker)
+			}
+		}
 		for _, n := range names {
+			if kept && depth == 0 && n == InstalledMarker {
+				break
+			}
 			sub := n
 			if rel != "." {
 				sub = rel + "/" + n

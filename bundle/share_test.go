@@ -122,10 +122,11 @@ func TestCleanForUserOthersDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dest, "k")); err == nil {
 		t.Errorf("bob's own file k was not removed")
 	}
-	// Once the foreign directory is gone, the tree is removed.
+	// The install record stays with what was left: once the foreign
+	// directory is gone, the next clean removes the tree.
 	os.Rename(data, filepath.Join(dir, "data"))
-	if _, err := Clean(dest, &CleanOptions{ForUser: true, UID: bob.uid}); err != nil {
-		t.Logf("(the marker went with the first clean: %v)", err)
+	if res, err := Clean(dest, &CleanOptions{ForUser: true, UID: bob.uid}); err != nil || !res.Removed {
+		t.Fatalf("Clean(for bob) once alice's directory is gone = %+v, %v; want removed", res, err)
 	}
 }
 
@@ -169,6 +170,10 @@ func TestRemoveBelowMount(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(sub, "precious")); err != nil {
 				t.Fatalf("removeTree removed the mounted file: %v", err)
+			}
+			exec.Command("umount", sub).Run()
+			if res, err := Clean(dest, nil); err != nil || !res.Removed {
+				t.Fatalf("Clean once unmounted = %+v, %v; want removed (the install record stayed)", res, err)
 			}
 		})
 	}
