@@ -83,39 +83,36 @@ func flagArgs() []string {
 	return nil
 }
 
-var (
-	selfOnce sync.Once
-	selfPath string
-	selfErr  error
-)
-
-// sharedSelf copies the test binary to where the test users can run it.
+// sharedSelf copies the test binary to where the test users can run it,
+// once per test (removed at its end).
 func sharedSelf(t *testing.T) string {
 	t.Helper()
-	selfOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kbundle-share-bin-")
-		if err != nil {
-			selfErr = err
-			return
-		}
-		os.Chmod(dir, 0o755)
-		self, err := os.Executable()
-		if err != nil {
-			selfErr = err
-			return
-		}
-		selfPath = filepath.Join(dir, "bundle.test")
-		if out, err := exec.Command("cp", self, selfPath).CombinedOutput(); err != nil {
-			selfErr = fmt.Errorf("cp: %v: %s", err, out)
-			return
-		}
-		selfErr = os.Chmod(selfPath, 0o755)
-	})
-	if selfErr != nil {
-		t.Fatal(selfErr)
+	if p, ok := selfCopies.Load(t.Name()); ok {
+		return p.(string)
 	}
-	return selfPath
+	dir, err := os.MkdirTemp("", "kbundle-share-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir); selfCopies.Delete(t.Name()) })
+	os.Chmod(dir, 0o755)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "bundle.test")
+	if out, err := exec.Command("cp", self, p).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	if err := os.Chmod(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	selfCopies.Store(t.Name(), p)
+	return p
 }
+
+// selfCopies are sharedSelf's copies, by test.
+var selfCopies sync.Map
 
 // asUser runs a TestAsUserHelper step as u (with the team group as a
 // supplementary group) under umask 022, with env added; it returns the
