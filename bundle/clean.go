@@ -64,6 +64,11 @@ type CleanResult struct {
 //     this rule, which could be installing any);
 //   - opt.Keep, if set, does not keep it.
 //
+// Removing, it never descends into a mount point below dest, and with
+// opt.ForUser into a directory that user does not own: it leaves them
+// (and the directories holding them) and returns an error matching
+// ErrDestination that names them.
+//
 // The checks are made on descriptors: dest is opened once, relative to
 // its parent, and the very directory checked is the one removed (through
 // removeOpened). A dest that does not exist is nothing to do (Missing).
@@ -142,7 +147,14 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 			return res, nil
 		}
 	}
-	if err := removeOpened(pfd, name, fd, 0); err != nil {
+	// With ForUser, root descends only into the user's own directories
+	// (H6): what another user's directory holds, the user could not
+	// have removed, so root leaves it too.
+	only := int64(-1)
+	if opt.ForUser {
+		only = int64(owner)
+	}
+	if err := removeOpenedAs(pfd, name, fd, 0, only); err != nil {
 		return res, fmt.Errorf("cannot remove %s: %w", dest, err)
 	}
 	res.Removed = true

@@ -202,7 +202,7 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 	if err := w.Close(); err != nil {
 		return nil, inFile(err, dir)
 	}
-	fi, err := finishTemp(ctx, tmp)
+	fi, err := finishTemp(ctx, tmp, 0o644) // asked for: bundlePerm is for what harvest and merge write unasked
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +224,13 @@ func Pack(ctx context.Context, dir, out string, opt *PackOptions) (res *PackResu
 }
 
 // finishTemp makes a bundle written to the temporary file tmp ready to
-// be renamed into place: mode 0644, synced; it returns its stat. It is
-// the last chance to stop: cancelled here, the file in place stays and
-// the temporary goes; after the rename the write has succeeded (S8).
-func finishTemp(ctx context.Context, tmp *os.File) (os.FileInfo, error) {
-	if err := tmp.Chmod(0o644); err != nil {
+// be renamed into place: mode perm (bundlePerm for a layer or merged
+// base; 0644 for a packed bundle or a use record),
+// synced; it returns its stat. It is the last chance to stop: cancelled
+// here, the file in place stays and the temporary goes; after the rename
+// the write has succeeded (S8).
+func finishTemp(ctx context.Context, tmp *os.File, perm fs.FileMode) (os.FileInfo, error) {
+	if err := tmp.Chmod(perm); err != nil {
 		return nil, err
 	}
 	if err := tmp.Sync(); err != nil {
@@ -239,6 +241,30 @@ func finishTemp(ctx context.Context, tmp *os.File) (os.FileInfo, error) {
 		return nil, err
 	}
 	return fi, ctx.Err()
+}
+
+// bundlePerm is the mode of a layer or merged base holding what w
+// wrote: 0644, less
+// the group's read bit when a file of it is not readable by its group or
+// a directory not searchable by it, and the same for others. A bundle is
+// never more readable than what it holds was (X4 of the 2026-12-01b
+// review: a file a job wrote 0600 into DEST was harvested into a 0644
+// layer any local user could read); docs/FORMAT.md, "Threat model".
+func bundlePerm(w *Writer) fs.FileMode {
+	perm := fs.FileMode(0o644)
+	for _, e := range w.entries {
+		g, o := e.Mode&0o040 != 0, e.Mode&0o004 != 0
+		if e.Dir {
+			g, o = e.Mode&0o010 != 0, e.Mode&0o001 != 0
+		}
+		if !g {
+			perm &^= 0o040
+		}
+		if !o {
+			perm &^= 0o004
+		}
+	}
+	return perm
 }
 
 // tempPrefix starts the names of the temporaries in out's directory

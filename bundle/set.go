@@ -291,7 +291,7 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	fi, err := finishTemp(ctx, tmp)
+	fi, err := finishTemp(ctx, tmp, bundlePerm(w))
 	if err != nil {
 		return nil, err
 	}
@@ -404,22 +404,37 @@ var layerListed func()
 // shared set: the other members add their layers too), keeping a setgid
 // bit the directory got from parent.
 func mkLayerDir(dir, parent string) error {
+	// One rule, for a layer and a use record alike, whichever comes first
+	// (H5 of the 2026-12-01b review): g+rwx only where parent is a group's
+	// shared directory (groupShared), never in a sticky one others can
+	// write (H4). One of ours that a kbundle before this rule made without
+	// the group's write bit in such a directory is given it.
 	err := os.Mkdir(dir, 0o755)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	pfi, err := os.Stat(parent)
-	if err != nil || pfi.Mode().Perm()&0o020 == 0 {
+	var pst, st unix.Stat_t
+	if unix.Stat(parent, &pst) != nil || !groupShared(&pst) {
 		return nil
 	}
-	fi, err := os.Lstat(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return nil // not ours to fix: linking into it says what is wrong
 	}
-	return os.Chmod(dir, 0o775|fi.Mode()&fs.ModeSetgid)
+	defer unix.Close(fd)
+	if unix.Fstat(fd, &st) != nil || st.Uid != uint32(os.Geteuid()) || st.Mode&0o070 == 0o070 {
+		return nil
+	}
+	return unix.Fchmod(fd, st.Mode&0o7777|0o070)
+}
+
+// groupShared reports whether st is a directory its group may write and
+// others may not, and not a sticky shared one (sharedDir: the system's
+// temporary directory, /dev/shm, a 1777 scratch): a layer directory
+// made group-writable there would be refused as untrusted (its group
+// is the writer's own), H4 of the 2026-12-01b review.
+func groupShared(st *unix.Stat_t) bool {
+	return st.Mode&0o020 != 0 && st.Mode&0o002 == 0 && !sharedDir(st)
 }
 
 func countAbove(ls []SetLayer, folded int) int {
@@ -527,7 +542,9 @@ type MergeResult struct {
 	// records named in UsesFolded.
 	UseRecord  string
 	UsesFolded []string
-	DryRun     bool
+	// UsesSkipped are the use records ReadUses left out (SetUses.Skipped).
+	UsesSkipped []string
+	DryRun      bool
 }
 
 // MergeSet folds the set's layers into one base bundle with the merged
@@ -566,9 +583,10 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	var units []Unit
 	var uses *SetUses
 	if s.HasDeltas() || opt.MaxSize > 0 || opt.Drop != nil {
-		if uses, err = ReadUses(path); err != nil {
+		if uses, err = ReadUses(path, opt.Trust); err != nil {
 			return nil, err
 		}
+		res.UsesSkipped = uses.Skipped
 		units = s.units(merged, opt.Unit, uses.Units)
 	}
 	var drop map[string]bool
@@ -641,7 +659,7 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	if err := w.Close(); err != nil {
 		return nil, err
 	}
-	fi, err := finishTemp(ctx, tmp)
+	fi, err := finishTemp(ctx, tmp, bundlePerm(w))
 	if err != nil {
 		return nil, err
 	}

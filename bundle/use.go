@@ -102,6 +102,10 @@ type useEntry struct {
 type SetUses struct {
 	Units   map[string]Use // the latest use of each unit any record names
 	Records []string       // the records read
+	// Skipped are the records left out, each "PATH: why": written by an
+	// owner the reader does not trust (as for layers), or unreadable (a
+	// damaged record). Their units count as if they named none.
+	Skipped []string
 }
 
 // WriteUseRecord publishes rec as a new use record of the set at path
@@ -117,7 +121,7 @@ func WriteUseRecord(ctx context.Context, path string, rec *UseRecord) (string, e
 		return "", err
 	}
 	if names, err := listUses(path); err == nil && len(names) > useFoldAt {
-		if u, err := ReadUses(path); err == nil {
+		if u, err := ReadUses(path, nil); err == nil {
 			fold := &UseRecord{By: "harvest", Job: rec.Job, Host: rec.Host, Units: u.Units}
 			if f, err := writeUseFile(ctx, path, fold); err == nil {
 				removeUses(u.Records, f)
@@ -145,7 +149,7 @@ func writeUseFile(ctx context.Context, path string, rec *UseRecord) (string, err
 		return "", err
 	}
 	dir := LayerDir(path)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := mkLayerDir(dir, filepath.Dir(path)); err != nil {
 		return "", fmt.Errorf("cannot make %s: %w", dir, err)
 	}
 	tmp, err := newTempFile(filepath.Dir(path))
@@ -159,7 +163,7 @@ func writeUseFile(ctx context.Context, path string, rec *UseRecord) (string, err
 	if _, err := tmp.Write(append(b, '\n')); err != nil {
 		return "", fmt.Errorf("cannot write a use record of %s: %w", path, err)
 	}
-	if _, err := finishTemp(ctx, tmp); err != nil {
+	if _, err := finishTemp(ctx, tmp, 0o644); err != nil {
 		return "", err
 	}
 	for try := 0; try < 100; try++ {
@@ -196,42 +200,64 @@ func listUses(path string) ([]string, error) {
 }
 
 // ReadUses reads the use records of the set at path and combines them:
-// the latest use of each unit. A record removed between the listing and
-// its reading (folded by another writer, whose fold holds its units)
-// makes it list again. A record that breaks docs/FORMAT.md's rules is
-// an error (ErrFormat, ErrTooLarge, ErrVersion) naming it: kbundle does
-// not prune on missing data. No record is no use known.
-func ReadUses(path string) (*SetUses, error) {
+// the latest use of each unit. Only records whose owner a layer of
+// theirs would be trusted for are read (you, root, trust's owners: X1
+// of the 2026-12-01b review, a member whose layers you refuse decided
+// what your pruning deleted); others, and a record that breaks
+// docs/FORMAT.md's rules, are skipped and named in Skipped, so that a
+// planted or damaged record never stops a merge or a prune. A last use
+// later than now (plus useSkew for clocks) counts as now. A record
+// removed between the listing and its reading (folded by another
+// writer, whose fold holds its units) makes it list again. More than
+// MaxUseRecords trusted records is an error (ErrTooLarge). No record is
+// no use known.
+func ReadUses(path string, trust *TrustPolicy) (*SetUses, error) {
 	for try := 0; ; try++ {
-		u, err := readUses(path)
+		u, err := readUses(path, trust)
 		if err == nil || try >= 9 || !errors.Is(err, fs.ErrNotExist) {
 			return u, err
 		}
 	}
 }
 
-func readUses(path string) (*SetUses, error) {
+// useSkew is how far past the reader's clock a last use may be (another
+// node's clock) before it counts as now.
+const useSkew = 5 * time.Minute
+
+func readUses(path string, trust *TrustPolicy) (*SetUses, error) {
 	names, err := listUses(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(names) > MaxUseRecords {
-		return nil, &useError{&Error{File: LayerDir(path), Err: ErrTooLarge, Msg: fmt.Sprintf("%d use records (limit %d)", len(names), MaxUseRecords)}}
-	}
-	out := &SetUses{Units: map[string]Use{}, Records: names}
+	out := &SetUses{Units: map[string]Use{}}
+	latest := time.Now().Add(useSkew)
 	for _, n := range names {
-		b, err := readUseFile(n)
+		b, uid, err := readUseFile(n)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, err // folded meanwhile: list again
 		}
-		if err != nil {
-			return nil, &useError{err}
+		if err == nil && !trust.owner(uid) {
+			out.Skipped = append(out.Skipped, fmt.Sprintf("%s: written by %s, whom you do not trust (a layer of theirs would be refused; KBUNDLE_TRUSTED_OWNERS=%s trusts them)", n, ownerName(uid), userArg(uid)))
+			continue
 		}
-		units, err := parseUseRecord(b)
-		if err != nil {
-			return nil, &useError{inFile(err, n)}
+		if len(out.Records) == MaxUseRecords {
+			return nil, &useError{&Error{File: LayerDir(path), Err: ErrTooLarge, Msg: fmt.Sprintf("more than %d use records", MaxUseRecords)}}
 		}
-		for u, v := range units.Units {
+		var rec *UseRecord
+		if err == nil {
+			if rec, err = parseUseRecord(b); err != nil {
+				err = inFile(err, n)
+			}
+		}
+		if err != nil {
+			out.Skipped = append(out.Skipped, fmt.Sprintf("%s: skipped: %v", n, err))
+			continue
+		}
+		out.Records = append(out.Records, n)
+		for u, v := range rec.Units {
+			if v.Time.After(latest) {
+				v.Time = latest
+			}
 			if old, ok := out.Units[u]; !ok || v.later(old) {
 				out.Units[u] = v
 			}
@@ -241,28 +267,28 @@ func readUses(path string) (*SetUses, error) {
 }
 
 // readUseFile reads a use record: a regular file, not through a symlink,
-// at most MaxRecordLen bytes.
-func readUseFile(name string) ([]byte, error) {
+// at most MaxRecordLen bytes; and its owner.
+func readUseFile(name string) ([]byte, uint32, error) {
 	f, err := os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, 0, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, &Error{File: name, Err: ErrFormat, Msg: "a use record must be a regular file"}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, st.Uid, &Error{File: name, Err: ErrFormat, Msg: "a use record must be a regular file"}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxRecordLen+1))
 	if err != nil {
-		return nil, err
+		return nil, st.Uid, err
 	}
 	if len(b) > MaxRecordLen {
-		return nil, &Error{File: name, Err: ErrTooLarge, Msg: fmt.Sprintf("use record longer than %d bytes", MaxRecordLen)}
+		return nil, st.Uid, &Error{File: name, Err: ErrTooLarge, Msg: fmt.Sprintf("use record longer than %d bytes", MaxRecordLen)}
 	}
-	return b, nil
+	return b, st.Uid, nil
 }
 
 // parseUseRecord parses and checks a use record's bytes (docs/FORMAT.md,

@@ -172,6 +172,12 @@ type Summary struct {
 	Prune     *bundle.Prune `json:"prune,omitempty"`
 	Folded    int           `json:"folded,omitempty"`
 	PruneNote string        `json:"prune_note,omitempty"`
+	// Untrusted is why a load would refuse the published bundle as
+	// untrusted (its file or a directory on the way): "" when it would not.
+	Untrusted string `json:"untrusted,omitempty"`
+	// UsesSkipped are the use records pruning left out (untrusted owner,
+	// damaged), each "PATH: why".
+	UsesSkipped []string `json:"uses_skipped,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -440,6 +446,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		return outcome(sum, err), nil
 	}
 	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
+	if pub.Untrusted != nil {
+		sum.Untrusted = pub.Untrusted.Error()
+	}
 	settle(ctx, plan, sum, lists, choice, uses, now)
 	return outcome(sum, nil), nil
 }
@@ -688,6 +697,16 @@ func scan(dest string) *list {
 	}
 	uid := uint32(os.Geteuid())
 	var same []File // unchanged files: kept with their unit if it changed
+	// A unit goes whole or not at all (X6 of the 2026-12-01b review): a
+	// file of it that cannot be read leaves the unit out, else the unit
+	// rule would drop the set's copy of that file.
+	bad := map[string]string{} // unit → its first unreadable file
+	unreadable := func(name, why string) {
+		l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + why})
+		if u := bundle.CacheUnit(name); u != name && bad[u] == "" {
+			bad[u] = name
+		}
+	}
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		l.Err = err.Error()
@@ -697,7 +716,7 @@ func scan(dest string) *list {
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if name != "." {
-				l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + errors.Unwrap(err).Error()})
+				unreadable(name, errors.Unwrap(err).Error())
 				return fs.SkipDir
 			}
 			return err
@@ -714,7 +733,7 @@ func scan(dest string) *list {
 		}
 		fi, err := d.Info()
 		if err != nil {
-			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			unreadable(name, err.Error())
 			return nil
 		}
 		st, _ := fi.Sys().(*syscall.Stat_t)
@@ -752,7 +771,7 @@ func scan(dest string) *list {
 		f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
 		d2, size, err := digestOf(root, name, dest, l.Origin)
 		if err != nil {
-			l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + err.Error()})
+			unreadable(name, err.Error())
 			return nil
 		}
 		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
@@ -781,12 +800,26 @@ func scan(dest string) *list {
 		if f.Size < 0 { // not read yet
 			d, size, err := digestOf(root, f.Name, dest, l.Origin)
 			if err != nil {
-				l.Skipped = append(l.Skipped, Skip{f.Name, "unreadable: " + err.Error()})
+				unreadable(f.Name, err.Error())
 				continue
 			}
 			f.Digest, f.Size, f.Dig = d, size, bundle.FormatDigest(d)
 		}
 		l.Files = append(l.Files, f)
+	}
+	if len(bad) > 0 {
+		kept := l.Files[:0]
+		for _, f := range l.Files {
+			if bad[bundle.CacheUnit(f.Name)] == "" {
+				kept = append(kept, f)
+			}
+		}
+		l.Files = kept
+		for _, u := range slices.Sorted(maps.Keys(bad)) {
+			if changed[u] {
+				l.Skipped = append(l.Skipped, Skip{u, "cache unit left out whole: its file " + bad[u] + " is unreadable, and a unit comes whole from one layer"})
+			}
+		}
 	}
 	return l
 }
@@ -887,7 +920,7 @@ func settle(ctx context.Context, plan Plan, sum *Summary, lists []*list, choice 
 		sum.PruneNote = "pruning failed: " + err.Error()
 		return
 	}
-	sum.Prune, sum.Folded, sum.SetBytes = res.Prune, res.Folded, res.Prune.After
+	sum.Prune, sum.Folded, sum.SetBytes, sum.UsesSkipped = res.Prune, res.Folded, res.Prune.After, res.UsesSkipped
 }
 
 func unknownNote(sum *Summary) string {
@@ -903,7 +936,7 @@ func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[s
 	switch {
 	case err == nil:
 		defer s.Close()
-		su, err := bundle.ReadUses(plan.Bundle)
+		su, err := bundle.ReadUses(plan.Bundle, plan.Trust)
 		if err != nil {
 			sum.PruneNote = "not pruned: " + err.Error()
 			return

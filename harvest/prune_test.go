@@ -76,7 +76,7 @@ func TestHarvestRecordsUse(t *testing.T) {
 	if s.UnitsUsed != 2 || s.Nodes[0].UnitsUsed != 1 || s.Nodes[1].UnitsUsed != 1 || s.UseRecord == "" || len(s.UsageUnknown) != 0 {
 		t.Fatalf("summary: used %d (%+v), record %q, unknown %q", s.UnitsUsed, s.Nodes, s.UseRecord, s.UsageUnknown)
 	}
-	u, err := bundle.ReadUses(set)
+	u, err := bundle.ReadUses(set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestHarvestRecordsUse(t *testing.T) {
 	if s := runPlan(t, set, dest, 2, 1, func(p *Plan) { p.DryRun = true }); s.UseRecord != "" || s.UnitsUsed != 3 {
 		t.Errorf("dry run: record %q, used %d", s.UseRecord, s.UnitsUsed)
 	}
-	if u2, _ := bundle.ReadUses(set); len(u2.Records) != 1 {
+	if u2, _ := bundle.ReadUses(set, nil); len(u2.Records) != 1 {
 		t.Errorf("dry run wrote a use record: %q", u2.Records)
 	}
 }
@@ -208,7 +208,7 @@ func TestHarvestNoatimeNoPrune(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", w, lines)
 		}
 	}
-	u, err := bundle.ReadUses(set)
+	u, err := bundle.ReadUses(set, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,10 @@ import (
 
 // Report is the summary as lines: one per node of what it compiled that
 // the set lacked (identical lines merged, hosts in hostlist form), then
-// what was written.
+// what was written. Names from DEST and from the set (skipped files,
+// pruned units, errors naming them) go through bundle.Printable, so a
+// name cannot send the terminal control sequences (X8 of the
+// 2026-12-01b review).
 func Report(s *Summary) []string {
 	type line struct {
 		hosts []string
@@ -27,7 +30,7 @@ func Report(s *Summary) []string {
 		case n.MissingDir:
 			text = "no DEST at " + n.Dest + " (nothing loaded here)"
 		case n.Error != "":
-			text = "not harvested: " + n.Error
+			text = "not harvested: " + bundle.Printable(n.Error)
 		default:
 			what := "entries"
 			if n.Entries == 1 {
@@ -41,13 +44,13 @@ func Report(s *Summary) []string {
 				text += "; DEST " + n.Dest + ": " + n.DestNote
 			}
 			if n.UsageUnknown != "" {
-				text += "; what it read is unknown (" + n.UsageUnknown + "): every unit counts as used"
+				text += "; what it read is unknown (" + bundle.Printable(n.UsageUnknown) + "): every unit counts as used"
 			}
 		}
 		if len(n.Skipped) > 0 {
 			names := []string{}
 			for _, sk := range n.Skipped {
-				names = append(names, sk.Name+" ("+sk.Why+")")
+				names = append(names, bundle.Printable(sk.Name)+" ("+bundle.Printable(sk.Why)+")")
 			}
 			text += "; skipped " + strings.Join(names, ", ")
 		}
@@ -82,9 +85,9 @@ func PruneReport(s *Summary) []string {
 	var out []string
 	switch {
 	case s.PruneNote != "" && s.MaxSize > 0 && s.SetBytes > s.MaxSize:
-		out = append(out, fmt.Sprintf("warning: the set's %s are over --max-size %s: %s", Size(s.SetBytes), Size(s.MaxSize), s.PruneNote))
+		out = append(out, fmt.Sprintf("warning: the set's %s are over --max-size %s: %s", Size(s.SetBytes), Size(s.MaxSize), bundle.Printable(s.PruneNote)))
 	case s.PruneNote != "":
-		out = append(out, "warning: "+s.PruneNote)
+		out = append(out, "warning: "+bundle.Printable(s.PruneNote))
 	case s.Prune != nil:
 		out = append(out, PruneLines(s.Prune, s.DryRun)...)
 		if s.Folded > 0 {
@@ -94,6 +97,9 @@ func PruneReport(s *Summary) []string {
 			}
 			out = append(out, "the pruning merge folded "+what+" into the set's base; kept for running readers (kbundle merge --grace)")
 		}
+	}
+	for _, sk := range s.UsesSkipped {
+		out = append(out, "warning: use record "+bundle.Printable(sk))
 	}
 	return out
 }
@@ -130,7 +136,7 @@ func PruneLines(p *bundle.Prune, dry bool) []string {
 		if u.Recorded {
 			how = "last used"
 		}
-		out = append(out, fmt.Sprintf("%s %s (%s, %s %s)", verb, u.Name, Size(u.Bytes), how, u.LastUse.UTC().Format(time.RFC3339)))
+		out = append(out, fmt.Sprintf("%s %s (%s, %s %s)", verb, bundle.Printable(u.Name), Size(u.Bytes), how, u.LastUse.UTC().Format(time.RFC3339)))
 	}
 	return out
 }

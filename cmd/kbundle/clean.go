@@ -43,7 +43,8 @@ func init() {
 			"Without DEST (nor --job, --older-than, --all-mine, --stale), $KBUNDLE_LOCAL_DIR, load's default DEST.\n" +
 			"--all-mine (and --job or --older-than without DEST) also considers every tree of yours named like the\n" +
 			"default DEST ($TMPDIR/kbundle-$USER-*); --job and --older-than then keep those they do not select,\n" +
-			"and --all-mine and --older-than never remove a tree whose job still runs on this node.\n" +
+			"and --all-mine and --older-than never remove a tree whose job still runs on this node (run in a PID\n" +
+			"namespace of its own, a container's, where those jobs are not seen, they keep every tree).\n" +
 			"Then, beside each DEST and in each --stale DIR, it removes the temporaries of your kbundle runs on\n" +
 			"this host that were killed before they could clean up.\n" +
 			"It runs once per task: job scripts run it on every node for the DEST their own load printed.",
@@ -52,7 +53,7 @@ func init() {
 			&cli.StringFlag{Name: "job", Usage: "remove only the tree job `ID` installed (its install record's job)"},
 			&cli.GenericFlag{Name: "older-than", Value: &olderThanValue{}, Usage: "remove only trees installed longer ago than `D` (seconds, or with a unit: 90m, 48h), never one of a job still running on this node"},
 			&cli.BoolFlag{Name: "all-mine", Usage: "consider every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*)"},
-			&cli.StringFlag{Name: "user", Usage: "root only (a Slurm epilog): act for user `U` (a name or uid): remove U's trees by the same rules, with U as the owner"}},
+			&cli.StringFlag{Name: "user", Usage: "root only (a Slurm epilog): act for user `U` (a name or uid): remove U's trees by the same rules, with U as the owner, and nothing U could not remove"}},
 		Action: cleanAction,
 	})
 }
@@ -116,8 +117,11 @@ func cleanAction(c *cli.Context) error {
 		}
 	}
 	var running map[string]bool
+	unseen := "" // why the running jobs cannot be seen from here (X9)
 	if byAge || allMine {
 		running = runningJobs(uint32(uid))
+		ns, _ := os.Readlink("/proc/self/ns/pid")
+		unseen = pidNamespaceNote(readFile("/proc/self/status"), ns)
 	}
 	now := time.Now()
 	opt.Keep = func(rec *bundle.InstallRecord) string {
@@ -143,6 +147,9 @@ func cleanAction(c *cli.Context) error {
 		}
 		if rec != nil && rec.Job != "" && running[rec.Job] {
 			return "job " + rec.Job + " still runs on this node"
+		}
+		if unseen != "" && (byAge || allMine) {
+			return unseen + ", so --all-mine and --older-than keep every tree: run them in the host's PID namespace, or name a DEST whose job you know ended (without them)"
 		}
 		return ""
 	}
@@ -225,6 +232,37 @@ func lookupUser(s string) (name string, uid int, err error) {
 		return "", 0, fmt.Errorf("uid %q is not a number", u.Uid)
 	}
 	return u.Username, uid, nil
+}
+
+// pidNamespaceNote says why the jobs running on this node cannot be
+// told from this process ("" when they can), given /proc/self/status and
+// the link /proc/self/ns/pid: it runs in a PID namespace other than the
+// host's initial one (a container's, as Apptainer's --pid or unshare
+// --pid make), whose /proc shows none of the host's processes (X9 of the
+// 2026-12-01b review: --all-mine removed the DEST of a job running
+// outside). Told by the namespace's inode (the initial one's is fixed,
+// PROC_PID_INIT_INO) or, where /proc is the host's, by an NSpid line of
+// more than one pid. A node whose every job runs in one such namespace
+// is taken for a container too: clean then keeps its trees.
+func pidNamespaceNote(status []byte, nsLink string) string {
+	const initNS = "pid:[4026531836]" // PROC_PID_INIT_INO
+	for line := range strings.Lines(string(status)) {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			if f := strings.Fields(rest); len(f) > 1 {
+				return "this clean runs in a PID namespace of its own (a container's: NSpid " + strings.Join(f, " ") + "), where the jobs running on this node are not seen"
+			}
+		}
+	}
+	if nsLink != "" && nsLink != initNS {
+		return "this clean runs in a PID namespace of its own (a container's: " + nsLink + ", not the host's " + initNS + "), where the jobs running on this node are not seen"
+	}
+	return ""
+}
+
+// readFile is os.ReadFile without its error (nil).
+func readFile(name string) []byte {
+	b, _ := os.ReadFile(name)
+	return b
 }
 
 // runningJobs are the job ids of the jobs of uid still running on this

@@ -106,7 +106,7 @@ func infoAction(c *cli.Context) error {
 		}
 		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
 		var uses map[string]bundle.Use
-		if u, err := bundle.ReadUses(c.Args().First()); err == nil {
+		if u, err := bundle.ReadUses(c.Args().First(), nil); err == nil {
 			uses, in.UseRecords = u.Units, len(u.Records)
 		}
 		units := set.Units(bundle.CacheUnit, uses)

@@ -93,8 +93,14 @@ func mergeAction(c *cli.Context) error {
 				fmt.Fprintf(w, "kbundle: %s\n", safe(l))
 			}
 		}
+		for _, sk := range res.UsesSkipped {
+			fmt.Fprintf(w, "kbundle: warning: use record %s\n", safe(sk))
+		}
 		if len(res.Removed) > 0 {
 			fmt.Fprintf(w, "kbundle: removed %s folded before\n", plural(len(res.Removed), "layer", "layers"))
+		}
+		if wrote && !dry && res.Untrusted != nil {
+			fmt.Fprintf(w, "kbundle: warning: kbundle load will refuse this set (exit 3): %s\n", safe(res.Untrusted.Error()))
 		}
 	}
 	return nil

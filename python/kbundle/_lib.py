@@ -11,7 +11,7 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 from ._errors import KbundleMPIError, KbundleUsageError
 
@@ -166,41 +166,98 @@ def library(found: str, version: str) -> ctypes.CDLL:
         return lib
 
 
+_MAX_LINKS = 40  # symlinks followed while resolving one path, as the kernel's (bundle/trust.go maxLinks)
+
+
 def open_trusted(path: Path) -> Tuple[Path, int]:
-    """Opens the library file path (symlinks resolved) for reading and
-    returns its real path and descriptor, after checking the file and the
-    directory that holds it as kbundle checks a bundle (bundle/trust.go):
-    each owned by you or root (or a KBUNDLE_TRUSTED_OWNERS user), not
-    writable by others, nor by its group unless that group is in
-    KBUNDLE_TRUSTED_GROUPS (a root-owned sticky directory such as /tmp may
-    be writable by all). The file is opened in the directory checked,
-    without following a symlink, and checked on its descriptor."""
-    real = Path(os.path.realpath(path))
+    """Opens the library file path for reading and returns its resolved
+    path and descriptor, after checking it as kbundle checks a bundle
+    (bundle/trust.go): every component from "/" to the file, each opened
+    relative to the directory before it without following a symlink and
+    checked on its descriptor. Each directory and the file is owned by you
+    or root (or a KBUNDLE_TRUSTED_OWNERS user), not writable by others, nor
+    by its group unless that group is in KBUNDLE_TRUSTED_GROUPS (a
+    root-owned sticky directory such as /tmp may be writable by all); a
+    symlink on the way is owned so, and its target is checked the same
+    way. (X5 of the 2026-12-01b review: only the file and its directory
+    were checked, after resolving symlinks, so a group member who could
+    write an ancestor swapped the library's directory for a symlink.)"""
     owners, groups = _trusted_ids()
+    todo = [c for c in os.path.abspath(path).split("/") if c]
+    todo.reverse()  # a stack: the next component last
+    stack: List[Tuple[int, str]] = []  # the open directories, "/" first
+    links = 0
     try:
-        dfd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            problem = _problem("directory", real.parent, os.fstat(dfd), owners, groups)
+        root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        stack.append((root, "/"))
+        problem = _problem("directory", Path("/"), os.fstat(root), owners, groups)
+        if problem:
+            raise _untrusted(Path("/"), problem)
+        while todo:
+            name = todo.pop()
+            dfd, dpath = stack[-1]
+            here = os.path.join(dpath, name)
+            if name == ".":
+                continue
+            if name == "..":
+                if len(stack) > 1:
+                    os.close(stack.pop()[0])
+                continue
+            fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            st = os.fstat(fd)
+            if stat.S_ISLNK(st.st_mode):
+                os.close(fd)
+                _check_link(here, st, owners)
+                links += 1
+                if links > _MAX_LINKS:
+                    raise KbundleMPIError("mpi", f"{path}: cannot open the library: too many levels of symbolic links", "")
+                target = os.readlink(name, dir_fd=dfd)
+                if target.startswith("/"):
+                    while len(stack) > 1:
+                        os.close(stack.pop()[0])
+                todo.extend(reversed([c for c in target.split("/") if c]))
+                continue
+            if not todo:
+                os.close(fd)
+                break  # the file itself: opened, and checked, below
+            if not stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                raise KbundleMPIError("mpi", f"{here}: cannot open the library: not a directory", "")
+            stack.append((fd, here))
+            problem = _problem("directory", Path(here), st, owners, groups)
             if problem:
-                raise _untrusted(real, problem)
-            fd = os.open(real.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dfd)
-        finally:
-            os.close(dfd)
+                raise _untrusted(Path(here), problem)
+        else:
+            raise KbundleMPIError("mpi", f"{path}: cannot open the library: not a file", "")
+        dfd, dpath = stack[-1]
+        real = Path(os.path.join(dpath, name))
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dfd)
     except FileNotFoundError as e:
         raise KbundleMPIError(
             "mpi",
-            f"{real}: no such library (kbundle's Go code built for this MPI)",
+            f"{os.path.abspath(path)}: no such library (kbundle's Go code built for this MPI)",
             "hint: build it with `make python` in kbundle's source tree, "
             "then `pip install ./python` again",
         ) from e
     except OSError as e:
-        raise KbundleMPIError("mpi", f"{real}: cannot open the library: {e.strerror}", "") from e
+        raise KbundleMPIError("mpi", f"{os.path.abspath(path)}: cannot open the library: {e.strerror}", "") from e
+    finally:
+        for fd_, _ in stack:
+            os.close(fd_)
     st = os.fstat(fd)
     problem = _problem("file", real, st, owners, groups) if stat.S_ISREG(st.st_mode) else "not a regular file"
     if problem:
         os.close(fd)
         raise _untrusted(real, problem)
     return real, fd
+
+
+def _check_link(path: str, st: os.stat_result, owners: Set[int]) -> None:
+    """A symlink on the way must be owned by you, root or a trusted owner
+    (its own mode bits mean nothing)."""
+    me = os.getuid()
+    if st.st_uid not in (me, 0) and st.st_uid not in owners:
+        raise _untrusted(Path(path), f"symlink is owned by uid {st.st_uid}, not by you (uid {me}) or root")
 
 
 def _untrusted(path: Path, problem: str) -> KbundleMPIError:

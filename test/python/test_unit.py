@@ -165,7 +165,7 @@ class LibraryTest(unittest.TestCase):
                     e = self.load(lib)
                 finally:
                     os.chmod(target, before)
-                self.assertIn(f"{lib}: untrusted library: {want}", e.reason)
+                self.assertIn(f"{target}: untrusted library: {want}", e.reason)
                 self.assertEqual(self.ran_names(), "", "the library ran before it was checked")
         if os.getuid() == 0:
             owned = self.dir / "owned"
@@ -179,6 +179,38 @@ class LibraryTest(unittest.TestCase):
                         os.chown(target, 0, -1)
                     self.assertIn(f"untrusted library: {name} is owned by uid 65534", e.reason)
                     self.assertEqual(self.ran_names(), "")
+
+    def test_path_checked_from_the_root(self) -> None:
+        # X5 of the 2026-12-01b review: only the file and its directory
+        # were checked, after resolving symlinks. A group member who may
+        # write an ancestor (its group not trusted) could swap the
+        # library's directory for a symlink to another directory, and
+        # another library was loaded. Every component from "/" is
+        # checked, symlinks included, as for a bundle.
+        os.chmod(self.dir, 0o700)
+        proj = self.dir / "proj"
+        lib = build(proj / "lib", "proj")
+        os.chmod(proj, 0o775)
+        e = self.load(lib)
+        self.assertIn(f"{proj}: untrusted library: directory mode 0775 lets others write it", e.reason)
+        self.assertEqual(self.ran_names(), "", "a library under a group-writable directory ran")
+        site = build(self.dir / "site", "site")
+        (proj / "lib").rename(proj / "lib.moved")
+        (proj / "lib").symlink_to(site.parent)
+        e = self.load(lib)
+        self.assertIn(f"{proj}: untrusted library", e.reason)
+        self.assertEqual(self.ran_names(), "", "the library the symlink swapped in ran")
+        if os.getuid() == 0:
+            os.chmod(proj, 0o755)
+            with self.subTest("a symlink of another user"):
+                os.lchown(proj / "lib", 65534, -1)
+                e = self.load(lib)
+                self.assertIn(f"{proj / 'lib'}: untrusted library: symlink is owned by uid 65534", e.reason)
+                self.assertEqual(self.ran_names(), "")
+            with self.subTest("a symlink of yours"):
+                os.lchown(proj / "lib", 0, -1)
+                e = self.load(lib)
+                self.assertIn(f"{site} is not a libkbundle", e.reason)  # the target, checked and loaded
 
     def test_trusted_group(self) -> None:
         # A group-writable directory passes when its group is trusted, as

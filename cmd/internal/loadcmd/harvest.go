@@ -253,6 +253,9 @@ func HarvestReport(s *harvest.Summary) []string {
 		}
 		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), harvest.Size(s.Bytes)))
 	}
+	if s.Untrusted != "" {
+		lines = append(lines, "warning: kbundle load will refuse this set (exit 3): "+s.Untrusted)
+	}
 	lines = append(lines, harvest.PruneReport(s)...)
 	if s.UseRecord != "" {
 		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", plural(s.UnitsUsed, "cache unit"), s.UseRecord))

@@ -119,6 +119,17 @@ func TestHarvestReport(t *testing.T) {
 	}
 }
 
+// TestHarvestReportUntrusted (H4 of the 2026-12-01b review): a layer that
+// a load would refuse as untrusted is said so, after what was written.
+func TestHarvestReportUntrusted(t *testing.T) {
+	sum := harvest.Summary{Set: "/s/set.kbundle", Layer: "/s/set.kbundle.d/000001-ab.kbundle", Files: 1, Units: 1, Bytes: 1,
+		Untrusted: "/s/set.kbundle.d: untrusted: directory mode 0775 lets group g (gid 9) write it"}
+	got := HarvestReport(&sum)
+	if want := "warning: kbundle load will refuse this set (exit 3): " + sum.Untrusted; len(got) == 0 || got[len(got)-1] != want {
+		t.Errorf("%q, want it to end with %q", got, want)
+	}
+}
+
 // TestHarvestFailure: KindOf's classes, and hints naming harvest.
 func TestHarvestFailure(t *testing.T) {
 	for _, c := range []struct {
