@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from . import _load
-from ._errors import HarvestFailedError, KbundleWarning
+from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
 from ._load import PathArg, _lines, call, failure, path, seconds
 
 if TYPE_CHECKING:  # mpi4py is imported at call time only
@@ -103,6 +103,7 @@ def harvest(
     *,
     timeout: Union[float, datetime.timedelta, None] = None,
     dry_run: bool = False,
+    max_size: Optional[int] = None,
     strict: bool = False,
 ) -> HarvestResult:
     """Gathers what the job compiled into its bundle set, as a new layer,
@@ -129,6 +130,9 @@ def harvest(
     minutes; 0: none. When it runs out the whole job is ended with
     MPI_Abort.
     dry_run: report what would be harvested; move and write nothing.
+    max_size: bound the set's merged view to this many bytes, as
+    ``kbundle harvest --max-size``: past it, the least recently used cache
+    units go, down to 90 %; None or 0: no bound.
     strict: raise instead of warning when the harvest failed.
 
     Every rank returns the same HarvestResult: the per-node reports, what
@@ -148,6 +152,7 @@ def harvest(
         "dest": given[1],
         "timeout": seconds(timeout),
         "dry_run": bool(dry_run),
+        "max_size": _size(max_size),
         # Go copies the environment when the library loads; pass today's.
         "environ": dict(os.environ),
     }
@@ -161,6 +166,17 @@ def harvest(
         for line in _lines(out):
             warnings.warn(line, KbundleWarning, stacklevel=2)
     return res
+
+
+def _size(n: Optional[int]) -> int:
+    """max_size as kbundle_harvest takes it: bytes, 0 for no bound."""
+    if n is None:
+        return 0
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"max_size: want a number of bytes (int) or None, got {type(n).__name__}")
+    if n < 0:
+        raise KbundleUsageError("usage", f"max_size={n}: want a size of 0 or more")
+    return n
 
 
 def result(out: Dict[str, Any]) -> HarvestResult:

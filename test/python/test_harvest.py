@@ -218,6 +218,19 @@ def test_reuses_the_load() -> None:
     same_on_all(res)
 
 
+def test_max_size_prunes() -> None:
+    # The CLI's pruning (--max-size): past the bound, the harvest merges
+    # the set without its least recently used units, and says so.
+    d = store("prune")
+    load_and_compile(d / "cache.kbundle", WORK / f"dest-prune-np{SIZE}")
+    res = harvest(COMM, max_size=1)
+    assert res and res.layer is not None
+    assert any("pruning merge folded" in line or "over --max-size" in line for line in res.report), res.report
+    same_on_all(res)
+    with pytest.raises(TypeError):
+        harvest(COMM, max_size="1G")  # type: ignore[arg-type]
+
+
 def test_usage_errors() -> None:
     set_ = BUNDLE
     with pytest.raises(KbundleUsageError) as e:

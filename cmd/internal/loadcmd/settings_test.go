@@ -47,7 +47,8 @@ func TestPythonKeywordsAreTheSettings(t *testing.T) {
 
 // TestHarvestKeywordsAreSettings: harvest()'s keywords are settings of
 // the table (resolved by ResolveHarvest, as load_bundle's by Resolve),
-// but for comm, strict and dry_run, which are its own; and docs/python.md
+// but for comm, strict, dry_run and max_size (harvest's own, as
+// --dry-run and --max-size are the CLI's); and docs/python.md
 // lists them.
 func TestHarvestKeywordsAreSettings(t *testing.T) {
 	src := readRepo(t, "python/kbundle/_harvest.py")
@@ -67,14 +68,14 @@ func TestHarvestKeywordsAreSettings(t *testing.T) {
 	for _, p := range regexp.MustCompile(`(?m)^\s*(\w+):`).FindAllStringSubmatch(m[1], -1) {
 		name := p[1]
 		got = append(got, name)
-		if name != "comm" && name != "strict" && name != "dry_run" && !keywords[name] {
+		if name != "comm" && name != "strict" && name != "dry_run" && name != "max_size" && !keywords[name] {
 			t.Errorf("harvest's keyword %s is not a setting of loadcmd.Settings", name)
 		}
 		if name != "comm" && !strings.Contains(section, "| `"+name+"` |") {
 			t.Errorf("docs/python.md's harvest section does not list `%s`", name)
 		}
 	}
-	if !slices.Equal(got, []string{"comm", "bundle", "dest", "timeout", "dry_run", "strict"}) {
+	if !slices.Equal(got, []string{"comm", "bundle", "dest", "timeout", "dry_run", "max_size", "strict"}) {
 		t.Errorf("harvest's arguments %q", got)
 	}
 }
