@@ -21,7 +21,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
+		UsageText: "mpirun -np N kbundle load [FILE | --bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
 			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
@@ -107,6 +107,50 @@ func request(c *cli.Context) loadcmd.Request {
 	return r
 }
 
+// bundlePositional takes load's FILE argument, the bundle, as info and
+// verify take theirs (issue 25, U14): into r.Bundle, where --bundle
+// names the same file or nothing.
+func bundlePositional(c *cli.Context, r *loadcmd.Request) error {
+	switch {
+	case c.NArg() > 1:
+		return fmt.Errorf("load takes one FILE, the bundle (got %q and %q); pass DEST with --to DEST", safe(c.Args().Get(0)), safe(c.Args().Get(1)))
+	case c.NArg() == 0:
+		return nil
+	case r.Bundle != "" && r.Bundle != c.Args().First():
+		return fmt.Errorf("two bundles: FILE %q and --bundle %q; pass one", safe(c.Args().First()), safe(r.Bundle))
+	case r.Dir != "":
+		return fmt.Errorf("pass FILE or --dir DIR, not both (got %q and --dir %q)", safe(c.Args().First()), safe(r.Dir))
+	}
+	r.Bundle = c.Args().First()
+	return nil
+}
+
+// pathKinds refuses a directory where the bundle file belongs (FILE,
+// --bundle, $KBUNDLE_BUNDLE), and a file as --dir, each with the hint
+// that names the other (U14), before anything is read: exit 3, as the
+// reader's own "not a valid bundle" was.
+func pathKinds(r loadcmd.Request) error {
+	if r.Bundle == "" && r.Dir != "" {
+		return fileAsDir(r.Dir, "load")
+	}
+	b := r.Bundle
+	if b == "" && r.Dir == "" {
+		b = loadcmd.DefaultBundle(os.Getenv)
+	}
+	if b == "" {
+		return nil
+	}
+	return dirAsBundle(b, "--dir "+safe(b))
+}
+
+// exitCode is err's exit status (a cli.ExitCoder's), else 1.
+func exitCode(err error) int {
+	if ec, ok := err.(cli.ExitCoder); ok {
+		return ec.ExitCode()
+	}
+	return exitError
+}
+
 // loader carries one `kbundle load` run.
 type loader struct {
 	c       *cli.Context
@@ -187,10 +231,14 @@ func loadAction(c *cli.Context) error {
 	l := newLoader(c, det)
 
 	// Usage errors: the same on every rank, printed by rank 0.
-	if c.NArg() > 0 {
-		return l.fail(fmt.Sprintf("load takes no arguments (got %q)", c.Args().First()), exitUsage)
+	r := request(c)
+	if err := bundlePositional(c, &r); err != nil {
+		return l.fail(err.Error(), exitUsage)
 	}
-	opts, err := loadcmd.Resolve(request(c), loadcmd.CLI, l.rank)
+	if err := pathKinds(r); err != nil {
+		return l.fail(err.Error(), exitCode(err))
+	}
+	opts, err := loadcmd.Resolve(r, loadcmd.CLI, l.rank)
 	if err != nil {
 		return l.failure(loadcmd.Failure(loadcmd.CLI, err))
 	}
