@@ -33,6 +33,7 @@ func init() {
 			"Each node installs the entries of its own GPU's architecture (--gpu-arch: another,\n" +
 			"or all) and compares its GPU, CPU and toolchain (the Python of --python) with\n" +
 			"the warm-up's where the presets' caches key on them, warning once where they miss.\n" +
+			"A load that reaches fewer nodes than the Slurm or PBS allocation holds warns.\n" +
 			"A flag given wins over its variable ([$NAME] below), which wins over the default.\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
 			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
@@ -329,6 +330,9 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	if !l.speaker {
 		return nil
 	}
+	if w := allocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" {
+		o.Warnings = append(o.Warnings, w)
+	}
 	for _, w := range o.Warnings {
 		l.say(w)
 	}
@@ -364,6 +368,24 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 		o.Entries, human(o.Bytes), human(o.RawBytes), o.Dest, nodes, round(o.TotalSeconds),
 		round(o.ReadSeconds), round(o.BcastSeconds), round(o.ExtractSecs))
 	return nil
+}
+
+// allocationWarning is the warning of a load that reached fewer nodes
+// than the job's allocation holds (a load started on the batch line,
+// without srun or mpirun, or mapped onto one node), "" when it reached
+// them all or the allocation is unknown (issue 25, U38).
+func allocationWarning(a detect.Allocation, nodes int) string {
+	if a.Nodes <= nodes || nodes < 1 {
+		return ""
+	}
+	start := "srun --ntasks-per-node=1 kbundle load ..."
+	if a.Scheduler == "pbs" {
+		start = "mpiexec --ppn 1 kbundle load ... (Cray PALS; Open MPI: mpirun --map-by ppr:1:node)"
+	} else {
+		start += " (or mpirun --map-by ppr:1:node)"
+	}
+	return fmt.Sprintf("warning: this job has %d nodes (%s) but the load ran on %s: the application's tasks on the other %d will find no DEST and run cold; start the load with %s",
+		a.Nodes, a.Source, plural(nodes, "node", "nodes"), a.Nodes-nodes, start)
 }
 
 func round(s float64) time.Duration {
