@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -294,6 +295,38 @@ def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
                       warnings=tuple(out.get("warnings") or ()))
 
 
+_MISMATCH = re.compile(r"this kbundle is built for (Open MPI|MPICH)[^:]*? but runs under (.+?) \(([^()]*) tasks\)")
+
+#: Launchers of MPICH's ABI, as Go's mismatch message names them.
+_MPICH_LAUNCHERS = ("Hydra (MPICH)", "Hydra (Intel MPI)", "srun --mpi=")
+
+
+def mpi4py_advice(reason: str, hint: str) -> Tuple[str, str]:
+    """reason and hint of a usage failure, with Go's advice for the CLI
+    replaced where the library's MPI and the launcher disagree: in
+    Python the library is the one mpi4py opened, and the fix is mpi4py's
+    (PyPI's wheel opens Open MPI's libmpi.so.40 unless
+    MPI4PY_LIBMPI=libmpi.so.12 says MPICH's), not "the MPICH build"."""
+    m = _MISMATCH.match(reason)
+    if m is None:
+        return reason, hint
+    built, launcher, tasks = m.groups()
+    if built == "Open MPI" and launcher.startswith(_MPICH_LAUNCHERS):
+        return (
+            f"mpi4py runs on Open MPI (libmpi.so.40), but this job runs under {launcher} ({tasks} tasks)",
+            "set MPI4PY_LIBMPI=libmpi.so.12 so that PyPI's mpi4py opens MPICH's library "
+            "(Debian and Ubuntu name it libmpich.so.12: link libmpi.so.12 to it in a folder on LD_LIBRARY_PATH; "
+            "docs/python.md, Install), or launch with Open MPI's mpirun",
+        )
+    if built == "MPICH" and launcher == "Open MPI's mpirun":
+        return (
+            f"mpi4py runs on MPICH's ABI (libmpi.so.12), but this job runs under {launcher} ({tasks} tasks)",
+            "unset MPI4PY_LIBMPI so that PyPI's mpi4py opens Open MPI's libmpi.so.40, "
+            "or launch with mpiexec.hydra",
+        )
+    return reason, hint
+
+
 def failure(
     out: Dict[str, Any], strict: bool, rank0: bool, failed: Type[KbundleError], stacklevel: int
 ) -> Tuple[str, str, str]:
@@ -309,6 +342,7 @@ def failure(
     if hint.startswith("hint: "):
         hint = hint[len("hint: ") :]  # the label is message()'s
     if kind == "usage":
+        reason, hint = mpi4py_advice(reason, hint)
         raise KbundleUsageError(kind, reason, hint)
     if kind not in ("unusable", "failed"):
         raise KbundleMPIError(kind, reason, hint)
