@@ -136,8 +136,16 @@ func TestWarningsByRule(t *testing.T) {
 		{"filtered", load.Summary{Nodes: 3, GPUArch: "cuda:90", Skipped: 12, SkippedBytes: 3 << 20, SkippedArchs: []string{"cuda:80"}, SkippedNodes: 2, AllArchNodes: 1},
 			[]string{"installed the kernels of GPU architecture cuda:90 (this node's): left out 12 entries (3.0 MiB) built for cuda:80; 2 nodes left out other architectures'; --gpu-arch all installs every architecture",
 				"no GPU visible to the load on 1 node (Slurm's ConstrainDevices hides GPUs from a step without --gres): installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one"}},
+		{"no GPU, no Slurm", load.Summary{Nodes: 1, AllArchNodes: 1},
+			[]string{"no GPU visible to the load on 1 node: installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// Slurm's cause is named under Slurm only (U45).
+			job := "42"
+			if strings.Contains(c.name, "no Slurm") {
+				job = ""
+			}
+			t.Setenv("SLURM_JOB_ID", job)
 			if got := Warnings(&c.sum); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("Warnings:\n%q\nwant\n%q", got, c.want)
 			}
