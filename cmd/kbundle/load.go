@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -172,6 +173,9 @@ func newLoader(c *cli.Context, det detect.Result) *loader {
 func (l *loader) setSpeaker(s bool) {
 	l.speaker = s
 	l.c.App.Metadata[metaMuted] = !s
+	if q, ok := l.c.App.Metadata[metaQuietSignal].(*atomic.Bool); ok {
+		q.Store(!s)
+	}
 }
 
 // say prints line (a warning of loadcmd's) with the "kbundle: " prefix
@@ -330,7 +334,7 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	if !l.speaker {
 		return nil
 	}
-	if w := allocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" {
+	if w := loadcmd.AllocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" {
 		o.Warnings = append(o.Warnings, w)
 	}
 	for _, w := range o.Warnings {
@@ -368,24 +372,6 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 		o.Entries, human(o.Bytes), human(o.RawBytes), o.Dest, nodes, round(o.TotalSeconds),
 		round(o.ReadSeconds), round(o.BcastSeconds), round(o.ExtractSecs))
 	return nil
-}
-
-// allocationWarning is the warning of a load that reached fewer nodes
-// than the job's allocation holds (a load started on the batch line,
-// without srun or mpirun, or mapped onto one node), "" when it reached
-// them all or the allocation is unknown (issue 25, U38).
-func allocationWarning(a detect.Allocation, nodes int) string {
-	if a.Nodes <= nodes || nodes < 1 {
-		return ""
-	}
-	start := "srun --ntasks-per-node=1 kbundle load ..."
-	if a.Scheduler == "pbs" {
-		start = "mpiexec --ppn 1 kbundle load ... (Cray PALS; Open MPI: mpirun --map-by ppr:1:node)"
-	} else {
-		start += " (or mpirun --map-by ppr:1:node)"
-	}
-	return fmt.Sprintf("warning: this job has %d nodes (%s) but the load ran on %s: the application's tasks on the other %d will find no DEST and run cold; start the load with %s",
-		a.Nodes, a.Source, plural(nodes, "node", "nodes"), a.Nodes-nodes, start)
 }
 
 func round(s float64) time.Duration {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kbundle/kbundle/detect"
 	"io/fs"
 	"reflect"
 	"strings"
@@ -150,5 +151,27 @@ func TestWarningsByRule(t *testing.T) {
 				t.Errorf("Warnings:\n%q\nwant\n%q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestAllocationWarning: a load that reached fewer nodes than the
+// allocation holds says so, with how to start it (U38).
+func TestAllocationWarning(t *testing.T) {
+	for _, c := range []struct {
+		a     detect.Allocation
+		nodes int
+		want  string
+	}{
+		{detect.Allocation{Scheduler: "slurm", Nodes: 4, Source: "SLURM_JOB_NUM_NODES=4"}, 1,
+			"warning: this job has 4 nodes (SLURM_JOB_NUM_NODES=4) but the load ran on 1 node: the application's tasks on the other 3 will find no DEST and run cold; start the load with srun --ntasks-per-node=1 kbundle load ... (or mpirun --map-by ppr:1:node)"},
+		{detect.Allocation{Scheduler: "pbs", Nodes: 3, Source: "PBS_NODEFILE (3 hosts)"}, 2,
+			"warning: this job has 3 nodes (PBS_NODEFILE (3 hosts)) but the load ran on 2 nodes: the application's tasks on the other 1 will find no DEST and run cold; start the load with mpiexec --ppn 1 kbundle load ... (Cray PALS; Open MPI: mpirun --map-by ppr:1:node)"},
+		{detect.Allocation{Scheduler: "slurm", Nodes: 4, Source: "SLURM_NNODES=4"}, 4, ""},
+		{detect.Allocation{Scheduler: "slurm"}, 1, ""},
+		{detect.Allocation{}, 1, ""},
+	} {
+		if got := AllocationWarning(c.a, c.nodes); got != c.want {
+			t.Errorf("AllocationWarning(%+v, %d) =\n%q\nwant\n%q", c.a, c.nodes, got, c.want)
+		}
 	}
 }
