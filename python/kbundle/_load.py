@@ -200,7 +200,7 @@ def load_bundle(
     )
     if rank0:
         for msg in late:
-            warnings.warn(f"kbundle: warning: {msg}", KbundleWarning, stacklevel=2)
+            warnings.warn(f"kbundle: {_unlabelled(msg)}", KbundleWarning, stacklevel=2)
         for line in _lines(out):
             warnings.warn(line, KbundleWarning, stacklevel=2)
     return res
@@ -285,8 +285,15 @@ def path(name: str, p: Optional[PathArg]) -> str:
 
 
 def _lines(out: Dict[str, Any]) -> List[str]:
-    """The warnings libkbundle gives, in Go's words, as rank 0 prints them."""
-    return ["kbundle: " + str(w) for w in out.get("warnings") or []]
+    """The warnings libkbundle gives, in Go's words, as rank 0 prints them
+    ("kbundle: " each), without Go's "warning: ": the category,
+    KbundleWarning, says it once (U50)."""
+    return ["kbundle: " + _unlabelled(str(w)) for w in out.get("warnings") or []]
+
+
+def _unlabelled(w: str) -> str:
+    """w without a leading "warning: "."""
+    return w[len("warning: "):] if w.startswith("warning: ") else w
 
 
 def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:

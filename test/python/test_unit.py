@@ -30,6 +30,7 @@ import warnings
 
 import ctypes
 
+import kbundle
 import kbundle.__main__ as kbmain
 from kbundle import (
     HarvestFailedError,
@@ -391,7 +392,9 @@ class WarningTest(unittest.TestCase):
 
     def test_lines(self) -> None:
         lines = _load._lines({"warnings": ["warning: a", "warning: b"]})
-        self.assertEqual(lines, ["kbundle: warning: a", "kbundle: warning: b"])
+        # KbundleWarning says "warning" once: Go's "warning: " goes (U50).
+        self.assertEqual(lines, ["kbundle: a", "kbundle: b"])
+        self.assertEqual(_load._lines({"warnings": ["not loaded: x"]}), ["kbundle: not loaded: x"])
         self.assertEqual(_load._lines({}), [])
 
     def test_mpi4py_advice(self) -> None:
@@ -571,6 +574,51 @@ class MainTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 1)
         self.assertIn("this installation of the package has no kbundle program", err.getvalue())
         self.assertIn("hint: install the wheel", err.getvalue())
+
+
+class CleanTest(unittest.TestCase):
+    """kbundle.clean() runs the package's kbundle clean, without MPI, and
+    reads its --json answer (U50: the Python API had no way to remove what
+    load_bundle installed)."""
+
+    def setUp(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.bin = self.tmp / "bin"
+        self.bin.mkdir()
+        self.log = self.tmp / "args"
+
+    def front(self, answer: str) -> None:
+        f = self.bin / "kbundle"
+        f.write_text(f'#!/bin/sh\necho "$KBUNDLE_BUILD $*" > {self.log}\ncat <<"EOF"\n{answer}\nEOF\n')
+        f.chmod(0o755)
+
+    def test_removed(self) -> None:
+        from kbundle import _clean
+        self.front('{"schema_version":1,"ok":true,"removed":["/t/d"],"missing":[],"stale":[],"refused":[],"left":[]}')
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.bin):
+            res = kbundle.clean(Path("/t/d"), older_than=90)
+        self.assertTrue(res)
+        self.assertEqual(res.removed, ("/t/d",))
+        self.assertEqual(self.log.read_text(), "none clean --json --older-than 90 -- /t/d\n")
+        self.assertIs(_clean.CleanResult, kbundle.CleanResult)
+
+    def test_refused(self) -> None:
+        self.front('{"schema_version":1,"ok":false,"kind":"failed","reason":"/t: destination refused: no record",'
+                   '"hint":"hint: pass a DEST","exit_status":1,"removed":[],"missing":[],"stale":[],"refused":["/t"],"left":[]}')
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.bin):
+            res = kbundle.clean(["/t", "/u"])
+        self.assertFalse(res)
+        self.assertEqual((res.refused, res.reason, res.hint), (("/t",), "/t: destination refused: no record", "pass a DEST"))
+        self.assertEqual(self.log.read_text(), "none clean --json -- /t /u\n")
+
+    def test_usage(self) -> None:
+        with self.assertRaises(KbundleUsageError):
+            kbundle.clean([])
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.tmp / "none"):
+            with self.assertRaises(kbundle.KbundleError) as cm:
+                kbundle.clean("/t/d")
+        self.assertIn("no kbundle program", str(cm.exception))
 
 
 if __name__ == "__main__":
