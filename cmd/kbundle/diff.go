@@ -211,7 +211,16 @@ func printDiff(c *cli.Context, d *diffJSON) {
 		say(c, "no differences: content digest %s", d.ContentB)
 		return
 	}
-	say(c, "%d added (%s), %d removed (%s), %d changed (%+d bytes)", len(d.Added), human(sum[0]), len(d.Removed), human(sum[1]), len(d.Changed), sum[2])
+	say(c, "%d added (%s), %d removed (%s), %d changed (%s)", len(d.Added), human(sum[0]), len(d.Removed), human(sum[1]), len(d.Changed), signedHuman(sum[2]))
+}
+
+// signedHuman is n as human writes a size, with its sign: "+13 B",
+// "-1.5 KiB" (one size format in every line: U43).
+func signedHuman(n int64) string {
+	if n < 0 {
+		return "-" + human(-n)
+	}
+	return "+" + human(n)
 }
 
 // diffSide reads one side: a bundle's index, or a DEST's tree through its

@@ -368,6 +368,10 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed on %s (same content digest %s, unchanged since): left as they were\n",
 			plural(o.AlreadyNodes, "node", "nodes"), o.ContentDigest)
 	}
+	if o.MissingSet { // nothing was loaded: say what was installed (U43)
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: installed an empty cache, for the job to fill, at %s on %s in %s\n", o.Dest, nodes, round(o.TotalSeconds))
+		return nil
+	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		o.Entries, human(o.Bytes), human(o.RawBytes), o.Dest, nodes, round(o.TotalSeconds),
 		round(o.ReadSeconds), round(o.BcastSeconds), round(o.ExtractSecs))
