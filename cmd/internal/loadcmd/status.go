@@ -59,6 +59,9 @@ type TreeLayer struct {
 type TreeChange struct {
 	Unchanged bool `json:"unchanged"`
 	New       int  `json:"new"`
+	// NewDirs is how many of the New entries are directories: the
+	// others are files, what harvest counts (issue 25, U43).
+	NewDirs int `json:"new_dirs"`
 	Changed   int  `json:"changed"`
 	Missing   int  `json:"missing"`
 }
@@ -163,6 +166,11 @@ func TreeStatus(dest string) Tree {
 		return t
 	}
 	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	for _, n := range ch.New {
+		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
+			t.Tree.NewDirs++
+		}
+	}
 	return t
 }
 
