@@ -62,8 +62,8 @@ type TreeChange struct {
 	// NewDirs is how many of the New entries are directories: the
 	// others are files, what harvest counts (issue 25, U43).
 	NewDirs int `json:"new_dirs"`
-	Changed   int  `json:"changed"`
-	Missing   int  `json:"missing"`
+	Changed int `json:"changed"`
+	Missing int `json:"missing"`
 }
 
 // Status is the status of each DEST, or without DEST of every
