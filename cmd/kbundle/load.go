@@ -176,6 +176,9 @@ func (l *loader) setSpeaker(s bool) {
 	if q, ok := l.c.App.Metadata[metaQuietSignal].(*atomic.Bool); ok {
 		q.Store(!s)
 	}
+	if a, ok := l.c.App.Metadata[metaAnnounceSignal].(*atomic.Bool); ok {
+		a.Store(s)
+	}
 }
 
 // say prints line (a warning of loadcmd's) with the "kbundle: " prefix

@@ -146,12 +146,19 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 	// A collective command's rank that does not speak: rank 0 reports a
 	// signal for every rank, so it stays silent about it (issue 25, U46).
 	quiet := new(atomic.Bool)
+	// A collective command's rank 0 says at once that it is stopping,
+	// before its clean-up: Open MPI's mpirun may SIGKILL the ranks a few
+	// seconds after the signal it forwards, before the final line (U49).
+	announce := new(atomic.Bool)
 	go func() {
 		sig, ok := <-sigs
 		if !ok {
 			return
 		}
 		n := int(sig.(syscall.Signal))
+		if announce.Load() {
+			fmt.Fprintf(stderr, "kbundle: %s: stopping; what this run wrote is removed\n", interrupted{syscall.Signal(n)})
+		}
 		got.Store(int32(n))
 		stop(interrupted{sig.(syscall.Signal)})
 		time.Sleep(signalGrace)
@@ -166,7 +173,7 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 	}()
 	out := &countingWriter{w: stdout}
 	app := newApp(out, stderr)
-	app.Metadata = map[string]any{"args": args, metaQuietSignal: quiet}
+	app.Metadata = map[string]any{"args": args, metaQuietSignal: quiet, metaAnnounceSignal: announce}
 	args = flagsFirst(app, args)
 	err := app.RunContext(ctx, args)
 	code, msg := exitStatus(err, int(got.Load()), quiet.Load())
@@ -184,6 +191,11 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 // collective command sets on the ranks that do not speak (loader's
 // setSpeaker): a signal then stops them without a line of their own.
 const metaQuietSignal = "quiet-signal"
+
+// metaAnnounceSignal holds the *atomic.Bool that a collective command
+// sets on the rank that speaks: it says at once that a signal stops the
+// job, before the clean-up that the launcher may cut short.
+const metaAnnounceSignal = "announce-signal"
 
 // exitStatus is the exit status and the final message of a command that
 // returned err, signal n (0: none) having come meanwhile; quiet: this
