@@ -23,8 +23,9 @@ func init() {
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
 		UsageText: "mpirun -np N kbundle load [FILE | --bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
-		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
-			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
+		Description: "Rank 0 reads the bundle once (FILE, the argument or --bundle's, else DIR/cache.kbundle,\n" +
+			"else $KBUNDLE_BUNDLE, else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it;\n" +
+			"one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
 			"$TMPDIR/kbundle-USER-JOB, else /tmp/kbundle-USER-JOB (JOB: the scheduler's job id,\n" +
 			"so the application's later launch finds it). DEST is printed on stdout\n" +
