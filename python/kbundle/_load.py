@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
@@ -308,16 +310,37 @@ _MISMATCH = re.compile(r"this kbundle is built for (Open MPI|MPICH)[^:]*? but ru
 _MPICH_LAUNCHERS = ("Hydra (MPICH)", "Hydra (Intel MPI)", "srun --mpi=")
 
 
-def mpi4py_advice(reason: str, hint: str) -> Tuple[str, str]:
+def _switchable_mpi4py() -> bool:
+    """Whether the mpi4py imported is PyPI's binary wheel, which holds
+    one build of its MPI module per ABI (MPI.openmpi.*.so, MPI.mpich.*.so)
+    and opens the libmpi MPI4PY_LIBMPI names; a source build has one."""
+    spec = importlib.util.find_spec("mpi4py")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(any(Path(d).glob("MPI.mpich.*")) for d in spec.submodule_search_locations)
+
+
+def mpi4py_advice(reason: str, hint: str, switchable: Optional[bool] = None) -> Tuple[str, str]:
     """reason and hint of a usage failure, with Go's advice for the CLI
     replaced where the library's MPI and the launcher disagree: in
     Python the library is the one mpi4py opened, and the fix is mpi4py's
     (PyPI's wheel opens Open MPI's libmpi.so.40 unless
-    MPI4PY_LIBMPI=libmpi.so.12 says MPICH's), not "the MPICH build"."""
+    MPI4PY_LIBMPI=libmpi.so.12 says MPICH's; a source build needs one
+    built for the launcher's MPI), not "the MPICH build". switchable:
+    whether mpi4py is PyPI's wheel (None: look)."""
     m = _MISMATCH.match(reason)
     if m is None:
         return reason, hint
     built, launcher, tasks = m.groups()
+    if switchable is None:
+        switchable = _switchable_mpi4py()
+    if not switchable:
+        other = "MPICH's (MPICC=mpicc.mpich pip install --no-binary mpi4py mpi4py)" if built == "Open MPI" else "Open MPI's"
+        return (
+            f"mpi4py is built for {built}, but this job runs under {launcher} ({tasks} tasks)",
+            f"use an mpi4py built for the launcher's MPI, {other}, or PyPI's mpi4py wheel "
+            "(MPI4PY_LIBMPI chooses its library), or launch with the MPI mpi4py is built for",
+        )
     if built == "Open MPI" and launcher.startswith(_MPICH_LAUNCHERS):
         return (
             f"mpi4py runs on Open MPI (libmpi.so.40), but this job runs under {launcher} ({tasks} tasks)",

@@ -404,16 +404,22 @@ class WarningTest(unittest.TestCase):
             "ok": False, "kind": "usage",
             "reason": "this kbundle is built for Open MPI but runs under Hydra (MPICH) (2 tasks): use mpirun.openmpi, or the MPICH build",
         }
-        with self.assertRaises(KbundleUsageError) as cm:
+        with self.assertRaises(KbundleUsageError) as cm, \
+                unittest.mock.patch.object(_load, "_switchable_mpi4py", lambda: True):
             _load._failure(out, strict=False, rank0=True)
         self.assertEqual(cm.exception.reason, "mpi4py runs on Open MPI (libmpi.so.40), but this job runs under Hydra (MPICH) (2 tasks)")
         self.assertIn("MPI4PY_LIBMPI=libmpi.so.12", cm.exception.hint)
         self.assertNotIn("the MPICH build", str(cm.exception))
         reason, hint = _load.mpi4py_advice(
-            "this kbundle is built for MPICH (or an MPI of its ABI) but runs under Open MPI's mpirun (4 tasks): use mpiexec.hydra", "")
+            "this kbundle is built for MPICH (or an MPI of its ABI) but runs under Open MPI's mpirun (4 tasks): use mpiexec.hydra", "",
+            switchable=True)
         self.assertEqual(reason, "mpi4py runs on MPICH's ABI (libmpi.so.12), but this job runs under Open MPI's mpirun (4 tasks)")
         self.assertIn("unset MPI4PY_LIBMPI", hint)
         self.assertEqual(_load.mpi4py_advice("bad --jobs", "h"), ("bad --jobs", "h"))
+        # A source build of mpi4py has one library: MPI4PY_LIBMPI cannot help.
+        reason, hint = _load.mpi4py_advice(out["reason"], "", switchable=False)
+        self.assertEqual(reason, "mpi4py is built for Open MPI, but this job runs under Hydra (MPICH) (2 tasks)")
+        self.assertIn("MPICC=mpicc.mpich pip install --no-binary mpi4py mpi4py", hint)
 
     def test_no_texts_of_its_own(self) -> None:
         src = Path(_load.__file__).read_text()
