@@ -22,6 +22,7 @@ the loader's error on every rank.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import sys
 import sysconfig
@@ -94,6 +95,19 @@ def _system_dirs() -> List[Path]:
     return [Path(d) for d in ([f"/usr/lib/{arch}"] if arch else []) + ["/usr/lib64", "/usr/lib"]]
 
 
+def _needs(program: Path, soname: str) -> bool:
+    """Whether program names soname (a NUL-terminated string in its
+    dynamic string table): the wheel's kbundle-mpich needs libmpi.so.12,
+    one that ``make python`` built with Debian's mpicc.mpich needs
+    libmpich.so.12 instead. A program that cannot be read is taken to
+    need it."""
+    try:
+        with open(program, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(soname.encode() + b"\0") >= 0
+    except (OSError, ValueError):
+        return True
+
+
 def missing_mpi(
     env: Dict[str, str], bin_dir: Path, loads: Callable[[str], bool] = _loads,
     system_dirs: Optional[List[Path]] = None,
@@ -103,7 +117,8 @@ def missing_mpi(
     env's LD_LIBRARY_PATH nor for the loader (loads); None otherwise.
     With Debian's or Ubuntu's libmpich.so.12 found, the hint is the link
     that fixes it (docs/python.md, "Install")."""
-    if not (bin_dir / "kbundle-mpich").exists() or not mpich_launch(env):
+    program = bin_dir / "kbundle-mpich"
+    if not program.exists() or not mpich_launch(env) or not _needs(program, MPICH_SONAME):
         return None
     ld_path = _ld_path(env)
     if system_dirs is None:

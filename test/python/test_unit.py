@@ -531,7 +531,7 @@ class MainTest(unittest.TestCase):
         bin_dir, sys_lib, ld = self.tmp / "bin", self.tmp / "usr-lib", self.tmp / "ld"
         for d in (bin_dir, sys_lib, ld):
             d.mkdir()
-        (bin_dir / "kbundle-mpich").touch()
+        (bin_dir / "kbundle-mpich").write_bytes(b"\x7fELF...libc.so.6\0libmpi.so.12\0...")  # as the wheel's
         env = {"MPI_LOCALRANKID": "0", "PMI_RANK": "0", "PMI_SIZE": "2", "LD_LIBRARY_PATH": str(ld)}
         none = lambda name: False  # noqa: E731: the loader finds nothing
         msg = kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib])
@@ -554,12 +554,15 @@ class MainTest(unittest.TestCase):
         self.assertIsNone(kbmain.missing_mpi(env, bin_dir, loads=lambda n: n == "libmpi.so.12", system_dirs=[sys_lib]))
         self.assertIsNone(kbmain.missing_mpi({"OMPI_COMM_WORLD_SIZE": "2"}, bin_dir, loads=none, system_dirs=[sys_lib]))
         self.assertIsNone(kbmain.missing_mpi(env, self.tmp / "nobin", loads=none, system_dirs=[sys_lib]))
+        # Built by make python with Debian's mpicc.mpich: it needs libmpich.so.12, found.
+        (bin_dir / "kbundle-mpich").write_bytes(b"\x7fELF...libc.so.6\0libmpich.so.12\0...")
+        self.assertIsNone(kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib]))
 
     def test_missing_mpich_library_exits_2(self) -> None:
         bin_dir = self.tmp / "bin"
         bin_dir.mkdir()
         for name in ("kbundle", "kbundle-mpich"):
-            (bin_dir / name).write_text("#!/bin/sh\necho ran\n")
+            (bin_dir / name).write_text("#!/bin/sh\necho ran\n# libmpi.so.12\0\n")
             (bin_dir / name).chmod(0o755)
         code = (f"import kbundle.__main__ as m, pathlib; m.BIN_DIR = pathlib.Path({str(bin_dir)!r}); "
                 "m._loads = lambda n: False; m._system_dirs = lambda: []; m.main()")
