@@ -389,6 +389,8 @@ func kbundleFile(fd int, name string, st *unix.Stat_t) string {
 	switch {
 	case strings.Contains(name, tempTag), strings.Contains(name, newTag):
 		return "a temporary of kbundle's"
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR && strings.HasSuffix(name, ".kbundle.d"):
+		return "a bundle set's folder of layers, claims and use records"
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return ""
 	case strings.HasSuffix(name, ".kbundle"):

@@ -97,7 +97,7 @@ func flagValue(f cli.Flag) (valueKind, []string) {
 // argValue says what a command's arguments complete to.
 func argValue(c *cli.Command) (valueKind, []string) {
 	switch c.Name {
-	case "info", "ls", "verify", "extract":
+	case "info", "ls", "verify", "extract", "load", "merge":
 		return valueBundle, nil
 	case "clean", "status":
 		return valueDir, nil

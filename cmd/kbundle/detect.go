@@ -19,7 +19,10 @@ func init() {
 		Description: "Reads only the environment (before any MPI call) and prints the decision kbundle\n" +
 			"would act on. --json prints one line with the stable fields launcher, mpi, rank,\n" +
 			"size, local_rank, local_size, node (-1 = unknown), mode and reason.\n" +
-			"KBUNDLE_MODE=write|read|bundle|off overrides the mode. See docs/launchers.md.\n\n" +
+			"KBUNDLE_MODE=write|read|bundle|off overrides the mode, a hint for Go programs\n" +
+			"that use package detect: kbundle's own commands ignore it. Under kbundle load and\n" +
+			"kbundle harvest every job may compile new entries into DEST, whatever the mode, and\n" +
+			"the harvest adds them to the set. See docs/launchers.md.\n\n" +
 			"Exit status: 0 ok, 1 inconsistent launcher variables, 2 invalid KBUNDLE_MODE.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object on one line"},
@@ -85,7 +88,8 @@ func printDetection(w io.Writer, r detection) error {
 		"mpi\t" + mpi,
 		fmt.Sprintf("local rank\t%s of %s", known(r.LocalRank), known(r.LocalSize)),
 		"node\t" + known(r.Node),
-		fmt.Sprintf("mode\t%s (stores new entries: %s)", r.Mode, store),
+		fmt.Sprintf("mode\t%s, for Go programs that read it with package detect (they store new entries: %s); kbundle's commands ignore it", r.Mode, store),
+		"harvest\twhatever the mode, the framework compiles new entries into DEST, and kbundle harvest adds them to the set",
 		"reason\t" + r.Reason,
 	}
 	if _, err := io.WriteString(tw, strings.Join(lines, "\n")+"\n"); err != nil {

@@ -33,6 +33,11 @@ func TestDetectCommand(t *testing.T) {
 			want: map[string]any{"launcher": "mpich", "rank": 3.0, "mode": "read"}},
 		{name: "human", fixture: "cases/pals-pbs-np4/rank3.env", inHuman: "yes, rank 3 of 4"},
 		{name: "human unknown size", fixture: "cases/alps-np2/rank1.env", inHuman: "rank 1 of unknown"},
+		// The mode is package detect's, and says nothing of the harvest
+		// workflow, where every job stores new entries (issue 25, U32).
+		{name: "human mode under mpirun", fixture: "launchers/openmpi-np4/rank2.env",
+			inHuman: "mode        bundle, for Go programs that read it with package detect (they store new entries: no); kbundle's commands ignore it\n" +
+				"harvest     whatever the mode, the framework compiles new entries into DEST, and kbundle harvest adds them to the set\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,15 +21,19 @@ func init() {
 	register(&cli.Command{
 		Name:      "diff",
 		Usage:     "compare two bundles, or a bundle and a DEST kbundle installed",
-		UsageText: "kbundle diff A B [--json] [--exit-code]",
+		UsageText: "kbundle diff A B [--json] [--exit-code] [--base-only]",
 		Description: "A and B are bundle files or DESTs (a directory read through its install record\n" +
-			"and its tree: what a job added to it). Lists the entries added (in B, not A),\n" +
+			"and its tree: what a job added to it). A set's base stands for the set's merged\n" +
+			"view (the base and its layers, as load installs it; --base-only: the base file\n" +
+			"alone), so a DEST fresh from a load of the set has no differences from it.\n" +
+			"Lists the entries added (in B, not A),\n" +
 			"removed and changed (kind, mode, size or content), grouped by preset\n" +
 			"(the preset's subdirectory), with sizes; mtimes do not count, as for the content\n" +
 			"digest, and a file that load's relocation rewrote counts as its packed content.\n" +
 			"Exit status 0 whether or not they differ; with --exit-code, 4 when they differ.",
 		Flags: []cli.Flag{jsonFlag,
-			&cli.BoolFlag{Name: "exit-code", Usage: "exit with status 4 when A and B differ"}},
+			&cli.BoolFlag{Name: "exit-code", Usage: "exit with status 4 when A and B differ"},
+			&cli.BoolFlag{Name: "base-only", Usage: "read a set's base file alone, not the set's merged view (base and layers)"}},
 		Action: diffAction,
 	})
 }
@@ -75,6 +79,10 @@ type diffSideJSON struct {
 	Dest          string `json:"dest,omitempty"`
 	FileDigest    string `json:"file_digest,omitempty"`
 	ContentDigest string `json:"content_digest"`
+	// Layers is how many layers above the base a set's side read (its
+	// merged view; ContentDigest is then the view's); 0 for a bundle
+	// without layers, a DEST, or --base-only.
+	Layers int `json:"layers"`
 }
 
 func diffAction(c *cli.Context) error {
@@ -203,7 +211,16 @@ func printDiff(c *cli.Context, d *diffJSON) {
 		say(c, "no differences: content digest %s", d.ContentB)
 		return
 	}
-	say(c, "%d added (%s), %d removed (%s), %d changed (%+d bytes)", len(d.Added), human(sum[0]), len(d.Removed), human(sum[1]), len(d.Changed), sum[2])
+	say(c, "%d added (%s), %d removed (%s), %d changed (%s)", len(d.Added), human(sum[0]), len(d.Removed), human(sum[1]), len(d.Changed), signedHuman(sum[2]))
+}
+
+// signedHuman is n as human writes a size, with its sign: "+13 B",
+// "-1.5 KiB" (one size format in every line: U43).
+func signedHuman(n int64) string {
+	if n < 0 {
+		return "-" + human(-n)
+	}
+	return "+" + human(n)
 }
 
 // diffSide reads one side: a bundle's index, or a DEST's tree through its
@@ -223,8 +240,23 @@ func diffSide(c *cli.Context, name string) (map[string]diffEntry, diffSideJSON, 
 		return nil, diffSideJSON{}, err
 	}
 	defer rc.Close()
+	entries, content, layers := rc.Entries(), rc.ContentDigest(), 0
+	// A set's base with layers: its merged view, as load installs it
+	// (and as ls, info and extract read it).
+	if !c.Bool("base-only") {
+		if set, err := bundle.OpenSet(name, &bundle.OpenOptions{Trust: trust}); err == nil {
+			defer set.Close()
+			if set.HasDeltas() {
+				entries = entries[:0:0]
+				for _, e := range set.Merged(bundle.CacheUnit) {
+					entries = append(entries, e.Entry)
+				}
+				content, layers = set.ContentDigest(bundle.CacheUnit), len(set.Read)-1
+			}
+		}
+	}
 	m := map[string]diffEntry{}
-	for _, e := range rc.Entries() {
+	for _, e := range entries {
 		de := diffEntry{dir: e.Dir, mode: uint32(e.Mode.Perm() &^ 0o022), size: e.Size}
 		if !e.Dir {
 			de.digest = e.Digest.String()
@@ -232,7 +264,7 @@ func diffSide(c *cli.Context, name string) (map[string]diffEntry, diffSideJSON, 
 		m[e.Name] = de
 	}
 	return m, diffSideJSON{Path: name, FileDigest: bundle.FormatDigest(rc.FileDigest()),
-		ContentDigest: bundle.FormatDigest(rc.ContentDigest())}, nil
+		ContentDigest: bundle.FormatDigest(content), Layers: layers}, nil
 }
 
 // destSide reads a DEST: its tree now, each file's digest from the record

@@ -53,6 +53,12 @@ type infoJSON struct {
 	UnitsRecorded int   `json:"units_recorded"`
 }
 
+// manyUseRecords is how many use records make info suggest kbundle
+// merge of a set with layers, which folds them into one as it writes the
+// new base (each harvest that compiled nothing new still writes one, a
+// file on the shared file system; harvest folds them past 32).
+const manyUseRecords = 8
+
 // layerJSON is one delta layer of a set; Digest is FileDigest, under
 // its older name.
 type layerJSON struct {
@@ -151,8 +157,12 @@ func infoAction(c *cli.Context) error {
 		}
 	}
 	if len(in.Layers) > 0 || in.UseRecords > 0 {
-		fmt.Fprintf(w, "set:       %s, %s raw (what --max-size bounds); last use recorded for %d (%s)\n",
+		line := fmt.Sprintf("set:       %s, %s raw (what --max-size bounds); %d of them with a recorded use (%s",
 			plural(in.SetUnits, "cache unit", "cache units"), human(in.SetRawBytes), in.UnitsRecorded, plural(in.UseRecords, "use record", "use records"))
+		if in.UseRecords >= manyUseRecords && len(in.Layers) > 0 { // merge writes a new base then, and folds them into one (U51)
+			line += ", a file each beside the set: kbundle merge folds them into one"
+		}
+		fmt.Fprintln(w, line+")")
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -21,9 +22,10 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [--bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
-		Description: "Rank 0 reads the bundle once (FILE, else DIR/cache.kbundle, else $KBUNDLE_BUNDLE,\n" +
-			"else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it; one rank per node extracts it\n" +
+		UsageText: "mpirun -np N kbundle load [FILE | --bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
+		Description: "Rank 0 reads the bundle once (FILE, the argument or --bundle's, else DIR/cache.kbundle,\n" +
+			"else $KBUNDLE_BUNDLE, else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it;\n" +
+			"one rank per node extracts it\n" +
 			"atomically to DEST, which defaults to $KBUNDLE_LOCAL_DIR, else\n" +
 			"$TMPDIR/kbundle-USER-JOB, else /tmp/kbundle-USER-JOB (JOB: the scheduler's job id,\n" +
 			"so the application's later launch finds it). DEST is printed on stdout\n" +
@@ -33,6 +35,7 @@ func init() {
 			"Each node installs the entries of its own GPU's architecture (--gpu-arch: another,\n" +
 			"or all) and compares its GPU, CPU and toolchain (the Python of --python) with\n" +
 			"the warm-up's where the presets' caches key on them, warning once where they miss.\n" +
+			"A load that reaches fewer nodes than the Slurm or PBS allocation holds warns.\n" +
 			"A flag given wins over its variable ([$NAME] below), which wins over the default.\n\n" +
 			"Exit status, the same on every rank: 0 loaded, 1 error, 2 usage error,\n" +
 			"3 bundle unusable (missing, damaged, untrusted), with rank 0's reason.\n" +
@@ -107,6 +110,50 @@ func request(c *cli.Context) loadcmd.Request {
 	return r
 }
 
+// bundlePositional takes load's FILE argument, the bundle, as info and
+// verify take theirs (issue 25, U14): into r.Bundle, where --bundle
+// names the same file or nothing.
+func bundlePositional(c *cli.Context, r *loadcmd.Request) error {
+	switch {
+	case c.NArg() > 1:
+		return fmt.Errorf("load takes one FILE, the bundle (got %q and %q); pass DEST with --to DEST", safe(c.Args().Get(0)), safe(c.Args().Get(1)))
+	case c.NArg() == 0:
+		return nil
+	case r.Bundle != "" && r.Bundle != c.Args().First():
+		return fmt.Errorf("two bundles: FILE %q and --bundle %q; pass one", safe(c.Args().First()), safe(r.Bundle))
+	case r.Dir != "":
+		return fmt.Errorf("pass FILE or --dir DIR, not both (got %q and --dir %q)", safe(c.Args().First()), safe(r.Dir))
+	}
+	r.Bundle = c.Args().First()
+	return nil
+}
+
+// pathKinds refuses a directory where the bundle file belongs (FILE,
+// --bundle, $KBUNDLE_BUNDLE), and a file as --dir, each with the hint
+// that names the other (U14), before anything is read: exit 3, as the
+// reader's own "not a valid bundle" was.
+func pathKinds(r loadcmd.Request) error {
+	if r.Bundle == "" && r.Dir != "" {
+		return fileAsDir(r.Dir, "load")
+	}
+	b := r.Bundle
+	if b == "" && r.Dir == "" {
+		b = loadcmd.DefaultBundle(os.Getenv)
+	}
+	if b == "" {
+		return nil
+	}
+	return dirAsBundle(b, "--dir "+safe(b))
+}
+
+// exitCode is err's exit status (a cli.ExitCoder's), else 1.
+func exitCode(err error) int {
+	if ec, ok := err.(cli.ExitCoder); ok {
+		return ec.ExitCode()
+	}
+	return exitError
+}
+
 // loader carries one `kbundle load` run.
 type loader struct {
 	c       *cli.Context
@@ -127,6 +174,12 @@ func newLoader(c *cli.Context, det detect.Result) *loader {
 func (l *loader) setSpeaker(s bool) {
 	l.speaker = s
 	l.c.App.Metadata[metaMuted] = !s
+	if q, ok := l.c.App.Metadata[metaQuietSignal].(*atomic.Bool); ok {
+		q.Store(!s)
+	}
+	if a, ok := l.c.App.Metadata[metaAnnounceSignal].(*atomic.Bool); ok {
+		a.Store(s)
+	}
 }
 
 // say prints line (a warning of loadcmd's) with the "kbundle: " prefix
@@ -187,10 +240,14 @@ func loadAction(c *cli.Context) error {
 	l := newLoader(c, det)
 
 	// Usage errors: the same on every rank, printed by rank 0.
-	if c.NArg() > 0 {
-		return l.fail(fmt.Sprintf("load takes no arguments (got %q)", c.Args().First()), exitUsage)
+	r := request(c)
+	if err := bundlePositional(c, &r); err != nil {
+		return l.fail(err.Error(), exitUsage)
 	}
-	opts, err := loadcmd.Resolve(request(c), loadcmd.CLI, l.rank)
+	if err := pathKinds(r); err != nil {
+		return l.fail(err.Error(), exitCode(err))
+	}
+	opts, err := loadcmd.Resolve(r, loadcmd.CLI, l.rank)
 	if err != nil {
 		return l.failure(loadcmd.Failure(loadcmd.CLI, err))
 	}
@@ -281,6 +338,9 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	if !l.speaker {
 		return nil
 	}
+	if w := loadcmd.AllocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" {
+		o.Warnings = append(o.Warnings, w)
+	}
 	for _, w := range o.Warnings {
 		l.say(w)
 	}
@@ -311,6 +371,10 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	if o.AlreadyNodes > 0 {
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed on %s (same content digest %s, unchanged since): left as they were\n",
 			plural(o.AlreadyNodes, "node", "nodes"), o.ContentDigest)
+	}
+	if o.MissingSet { // nothing was loaded: say what was installed (U43)
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: installed an empty cache, for the job to fill, at %s on %s in %s\n", o.Dest, nodes, round(o.TotalSeconds))
+		return nil
 	}
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: loaded %d entries (%s, %s unpacked) to %s on %s in %s: read %s, broadcast %s, extract %s (overlapping)\n",
 		o.Entries, human(o.Bytes), human(o.RawBytes), o.Dest, nodes, round(o.TotalSeconds),

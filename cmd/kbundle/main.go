@@ -143,12 +143,22 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	var got atomic.Int32
+	// A collective command's rank that does not speak: rank 0 reports a
+	// signal for every rank, so it stays silent about it (issue 25, U46).
+	quiet := new(atomic.Bool)
+	// A collective command's rank 0 says at once that it is stopping,
+	// before its clean-up: Open MPI's mpirun may SIGKILL the ranks a few
+	// seconds after the signal it forwards, before the final line (U49).
+	announce := new(atomic.Bool)
 	go func() {
 		sig, ok := <-sigs
 		if !ok {
 			return
 		}
 		n := int(sig.(syscall.Signal))
+		if announce.Load() {
+			fmt.Fprintf(stderr, "kbundle: %s: stopping; what this run wrote is removed\n", interrupted{syscall.Signal(n)})
+		}
 		got.Store(int32(n))
 		stop(interrupted{sig.(syscall.Signal)})
 		time.Sleep(signalGrace)
@@ -156,15 +166,17 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 		// wait, so that grace and clean-up end within a batch system's
 		// kill wait (Slurm's KillWait, often 5 s; TestScancel).
 		bundle.RemoveTempsWithin(signalLastWait)
-		fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
+		if !quiet.Load() {
+			fmt.Fprintf(stderr, "kbundle: %s; stopped\n", interrupted{syscall.Signal(n)})
+		}
 		os.Exit(128 + n)
 	}()
 	out := &countingWriter{w: stdout}
 	app := newApp(out, stderr)
-	app.Metadata = map[string]any{"args": args}
+	app.Metadata = map[string]any{"args": args, metaQuietSignal: quiet, metaAnnounceSignal: announce}
 	args = flagsFirst(app, args)
 	err := app.RunContext(ctx, args)
-	code, msg := exitStatus(err, int(got.Load()))
+	code, msg := exitStatus(err, int(got.Load()), quiet.Load())
 	// Under --json, a failure is an object on stdout too, for every
 	// command: the error object, unless the command printed its own
 	// (status and clean report what failed in theirs; load's rank 0
@@ -175,14 +187,28 @@ func execute(args []string, stdout, stderr io.Writer) (int, string) {
 	return code, msg
 }
 
+// metaQuietSignal holds, in the app's Metadata, the *atomic.Bool that a
+// collective command sets on the ranks that do not speak (loader's
+// setSpeaker): a signal then stops them without a line of their own.
+const metaQuietSignal = "quiet-signal"
+
+// metaAnnounceSignal holds the *atomic.Bool that a collective command
+// sets on the rank that speaks: it says at once that a signal stops the
+// job, before the clean-up that the launcher may cut short.
+const metaAnnounceSignal = "announce-signal"
+
 // exitStatus is the exit status and the final message of a command that
-// returned err, signal n (0: none) having come meanwhile.
-func exitStatus(err error, n int) (int, string) {
+// returned err, signal n (0: none) having come meanwhile; quiet: this
+// rank leaves saying the signal to rank 0 (no message).
+func exitStatus(err error, n int, quiet bool) (int, string) {
 	// A command that finished despite the signal (it came after the last
 	// point where it could stop: pack's rename, say) did its work: that is
 	// reported as success, never as "stopped" (S8).
 	if n != 0 && err != nil {
 		bundle.RemoveTemps()
+		if quiet {
+			return 128 + n, ""
+		}
 		return 128 + n, interrupted{syscall.Signal(n)}.Error() + "; stopped"
 	}
 	if err == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
+	"github.com/kbundle/kbundle/detect"
 )
 
 // human formats a byte count with a binary unit.
@@ -69,11 +70,25 @@ func warn(c *cli.Context, format string, a ...any) {
 	fmt.Fprintf(c.App.ErrWriter, "kbundle: warning: "+format+"\n", a...)
 }
 
-// writeJSON writes v as one indented JSON object and a newline.
+// writeJSON writes v as one indented JSON object and a newline; in one
+// of several tasks of a launcher, as one line (writeJSONLine): there a
+// command that runs once a task (version, clean) prints one object a
+// task, and one a line is a stream that JSON Lines readers and jq both
+// read (issue 25, U46).
 func writeJSON(w io.Writer, v any) error {
+	if manyTasks() {
+		return writeJSONLine(w, v)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// manyTasks reports whether this process is one of several tasks that a
+// launcher started, as its variables say.
+func manyTasks() bool {
+	r, err := detect.FromEnviron()
+	return err == nil && r.MPI && r.Size != 1
 }
 
 // writeJSONLine writes v as one JSON object on one line.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,7 +28,10 @@ func init() {
 		Description: "Packs DIR (default $KBUNDLE_CACHE_DIR) into FILE (default DIR/cache.kbundle),\n" +
 			"written to a temporary file beside FILE and renamed when complete. Memory: up to\n" +
 			"2 x N segments of 8 MiB (raw and compressed) are in flight, about 20-25 MiB per\n" +
-			"worker (-j); lower --jobs under a tight memory limit.",
+			"worker (-j); lower --jobs under a tight memory limit. --preset NAME records the\n" +
+			"presets in the bundle, for load to apply; a DIR that kbundle load installed keeps\n" +
+			"the presets of its install record too. kbundle's own files (bundles, a set's\n" +
+			"SET.d folder, temporaries, lock files) are left out, each named.",
 		Flags: []cli.Flag{dirFlag, outputFlag, levelFlag, jobsFlag, excludeFlag, presetFlag, jsonFlag, quietFlag},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -42,6 +46,7 @@ func init() {
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
+			presets = withInstalledPresets(c, dir, presets)
 			start := time.Now()
 			res, _, err := packDir(c, dir, c.String("output"), presets, "")
 			if err != nil {
@@ -53,6 +58,31 @@ func init() {
 			return reportPack(c, dir, res, time.Since(start))
 		},
 	})
+}
+
+// withInstalledPresets adds, to the presets given, those that dir's
+// install record names when dir is a tree kbundle installed (a DEST
+// packed to keep what a job compiled into it), saying so: a bundle
+// without them would load with no export line, and its job would
+// compile into the framework's default cache (issue 25, U7).
+func withInstalledPresets(c *cli.Context, dir string, given []*warmup.Preset) []*warmup.Preset {
+	rec, err := bundle.ReadInstallRecord(dir)
+	if err != nil || len(rec.Presets) == 0 {
+		return given
+	}
+	recorded, _ := warmup.ParseList(rec.Presets...) // a name this kbundle does not know is dropped
+	var added []*warmup.Preset
+	for _, p := range recorded {
+		if !slices.ContainsFunc(given, func(g *warmup.Preset) bool { return g.Name == p.Name }) {
+			added = append(added, p)
+		}
+	}
+	if len(added) == 0 {
+		return given
+	}
+	say(c, "%s was installed by kbundle load with preset %s: recorded in the bundle, so that its load exports them too",
+		safe(dir), warmup.PresetNames(added))
+	return append(added, given...)
 }
 
 // packDir packs dir to out (default dir/cache.kbundle) with the shared

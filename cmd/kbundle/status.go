@@ -127,10 +127,10 @@ func printStatus(w io.Writer, t *statusTree) {
 	if t.RecordedDest != "" {
 		fmt.Fprintf(w, "  moved:     installed at %s: the paths relocation wrote name that place\n", safe(t.RecordedDest))
 	}
-	fmt.Fprintf(w, "  set:       %s (content digest; %s)\n", t.ContentDigest, plural(len(t.Layers), "layer", "layers"))
-	for i, l := range t.Layers {
-		fmt.Fprintf(w, "  layer %d:   %s\n", i, safe(l.Path))
-		fmt.Fprintf(w, "             digest %s, content %s, %s\n", l.Digest, l.ContentDigest, plural(l.Entries, "entry", "entries"))
+	if noSetYet(t) {
+		fmt.Fprintf(w, "  set:       none when installed: no set at %s yet (--allow-missing: an empty cache for the job to fill; its harvest writes the set)\n", safe(t.Layers[0].Path))
+	} else {
+		printLayers(w, t)
 	}
 	presets := "none"
 	if len(t.Presets) > 0 {
@@ -145,6 +145,41 @@ func printStatus(w io.Writer, t *statusTree) {
 	if t.Tree.Unchanged {
 		fmt.Fprintf(w, "  tree:      unchanged since install\n")
 	} else {
-		fmt.Fprintf(w, "  tree:      changed since install: %d new, %d changed, %d missing\n", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
+		fmt.Fprintf(w, "  tree:      %s\n", treeChanges(t.Tree))
 	}
+}
+
+// printLayers prints the set a tree was installed from, and its bundles.
+func printLayers(w io.Writer, t *statusTree) {
+	fmt.Fprintf(w, "  set:       %s (content digest; %s)\n", t.ContentDigest, plural(len(t.Layers), "layer", "layers"))
+	for i, l := range t.Layers {
+		fmt.Fprintf(w, "  layer %d:   %s\n", i, safe(l.Path))
+		fmt.Fprintf(w, "             digest %s, content %s, %s\n", l.Digest, l.ContentDigest, plural(l.Entries, "entry", "entries"))
+	}
+}
+
+// noSetYet reports whether t was installed where no set existed yet
+// (load --allow-missing): its one layer is the empty bundle load makes
+// then (bundle.EmptySet), not a bundle that ever existed (issue 25, U44).
+func noSetYet(t *statusTree) bool {
+	if len(t.Layers) != 1 || t.Layers[0].Entries != 0 {
+		return false
+	}
+	s, err := bundle.EmptySet(t.Layers[0].Path)
+	if err != nil {
+		return false
+	}
+	defer s.Close()
+	return bundle.FormatDigest(s.Read[0].FileDigest()) == t.Layers[0].Digest
+}
+
+// treeChanges says how a tree changed since install: its new files, as
+// harvest counts them, new directories apart (issue 25, U43).
+func treeChanges(c *loadcmd.TreeChange) string {
+	dirs := ""
+	if c.NewDirs > 0 {
+		dirs = fmt.Sprintf(" (and %s)", plural(c.NewDirs, "new directory", "new directories"))
+	}
+	return fmt.Sprintf("changed since install: %s%s, %d changed, %d missing",
+		plural(c.New-c.NewDirs, "new file", "new files"), dirs, c.Changed, c.Missing)
 }

@@ -118,7 +118,7 @@ func treeLine(t *statusTree) string {
 	}
 	tree := "unchanged since install"
 	if !t.Tree.Unchanged {
-		tree = fmt.Sprintf("changed since install: %d new, %d changed, %d missing", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
+		tree = treeChanges(t.Tree)
 	}
 	return fmt.Sprintf("%s: %s, set %s (%s), %s, %s; %s", safe(t.Dest), what, t.ContentDigest, plural(len(t.Layers), "layer", "layers"),
 		plural(t.Entries, "entry", "entries"), human(t.Bytes), tree)

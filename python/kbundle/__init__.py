@@ -20,13 +20,15 @@ layer of the set, written by rank 0::
     res = harvest(MPI.COMM_WORLD)
 
 :func:`status` says what kbundle installed on this node, and whether it
-changed since, as ``kbundle status`` does.
+changed since, as ``kbundle status`` does; :func:`clean` removes it, as
+``kbundle clean`` does.
 
 See docs/python.md.
 """
 
 import importlib.metadata as _metadata
 
+from ._clean import CleanResult, clean
 from ._errors import (
     BundleUnusableError,
     HarvestFailedError,
@@ -42,6 +44,7 @@ from ._status import TreeStatus, status
 
 __all__ = [
     "BundleUnusableError",
+    "CleanResult",
     "HarvestFailedError",
     "HarvestNode",
     "HarvestResult",
@@ -52,6 +55,7 @@ __all__ = [
     "LoadFailedError",
     "LoadResult",
     "TreeStatus",
+    "clean",
     "harvest",
     "load_bundle",
     "mpi_library",

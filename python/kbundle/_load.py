@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
@@ -201,7 +204,7 @@ def load_bundle(
     )
     if rank0:
         for msg in late:
-            warnings.warn(f"kbundle: warning: {msg}", KbundleWarning, stacklevel=2)
+            warnings.warn(f"kbundle: {_unlabelled(msg)}", KbundleWarning, stacklevel=2)
         for line in _lines(out):
             warnings.warn(line, KbundleWarning, stacklevel=2)
     return res
@@ -292,14 +295,74 @@ def path(name: str, p: Optional[PathArg]) -> str:
 
 
 def _lines(out: Dict[str, Any]) -> List[str]:
-    """The warnings libkbundle gives, in Go's words, as rank 0 prints them."""
-    return ["kbundle: " + str(w) for w in out.get("warnings") or []]
+    """The warnings libkbundle gives, in Go's words, as rank 0 prints them
+    ("kbundle: " each), without Go's "warning: ": the category,
+    KbundleWarning, says it once (U50)."""
+    return ["kbundle: " + _unlabelled(str(w)) for w in out.get("warnings") or []]
+
+
+def _unlabelled(w: str) -> str:
+    """w without a leading "warning: "."""
+    return w[len("warning: "):] if w.startswith("warning: ") else w
 
 
 def _failure(out: Dict[str, Any], strict: bool, rank0: bool) -> LoadResult:
     kind, reason, hint = failure(out, strict, rank0, LoadFailedError, stacklevel=4)
     return LoadResult(ok=False, reason=reason, hint=hint, kind=kind, bundle=str(out.get("bundle", "")),
                       warnings=tuple(out.get("warnings") or ()))
+
+
+_MISMATCH = re.compile(r"this kbundle is built for (Open MPI|MPICH)[^:]*? but runs under (.+?) \(([^()]*) tasks\)")
+
+#: Launchers of MPICH's ABI, as Go's mismatch message names them.
+_MPICH_LAUNCHERS = ("Hydra (MPICH)", "Hydra (Intel MPI)", "srun --mpi=")
+
+
+def _switchable_mpi4py() -> bool:
+    """Whether the mpi4py imported is PyPI's binary wheel, which holds
+    one build of its MPI module per ABI (MPI.openmpi.*.so, MPI.mpich.*.so)
+    and opens the libmpi MPI4PY_LIBMPI names; a source build has one."""
+    spec = importlib.util.find_spec("mpi4py")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any(any(Path(d).glob("MPI.mpich.*")) for d in spec.submodule_search_locations)
+
+
+def mpi4py_advice(reason: str, hint: str, switchable: Optional[bool] = None) -> Tuple[str, str]:
+    """reason and hint of a usage failure, with Go's advice for the CLI
+    replaced where the library's MPI and the launcher disagree: in
+    Python the library is the one mpi4py opened, and the fix is mpi4py's
+    (PyPI's wheel opens Open MPI's libmpi.so.40 unless
+    MPI4PY_LIBMPI=libmpi.so.12 says MPICH's; a source build needs one
+    built for the launcher's MPI), not "the MPICH build". switchable:
+    whether mpi4py is PyPI's wheel (None: look)."""
+    m = _MISMATCH.match(reason)
+    if m is None:
+        return reason, hint
+    built, launcher, tasks = m.groups()
+    if switchable is None:
+        switchable = _switchable_mpi4py()
+    if not switchable:
+        other = "MPICH's (MPICC=mpicc.mpich pip install --no-binary mpi4py mpi4py)" if built == "Open MPI" else "Open MPI's"
+        return (
+            f"mpi4py is built for {built}, but this job runs under {launcher} ({tasks} tasks)",
+            f"use an mpi4py built for the launcher's MPI, {other}, or PyPI's mpi4py wheel "
+            "(MPI4PY_LIBMPI chooses its library), or launch with the MPI mpi4py is built for",
+        )
+    if built == "Open MPI" and launcher.startswith(_MPICH_LAUNCHERS):
+        return (
+            f"mpi4py runs on Open MPI (libmpi.so.40), but this job runs under {launcher} ({tasks} tasks)",
+            "set MPI4PY_LIBMPI=libmpi.so.12 so that PyPI's mpi4py opens MPICH's library "
+            "(Debian and Ubuntu name it libmpich.so.12: link libmpi.so.12 to it in a folder on LD_LIBRARY_PATH; "
+            "docs/python.md, Install), or launch with Open MPI's mpirun",
+        )
+    if built == "MPICH" and launcher == "Open MPI's mpirun":
+        return (
+            f"mpi4py runs on MPICH's ABI (libmpi.so.12), but this job runs under {launcher} ({tasks} tasks)",
+            "unset MPI4PY_LIBMPI so that PyPI's mpi4py opens Open MPI's libmpi.so.40, "
+            "or launch with mpiexec.hydra",
+        )
+    return reason, hint
 
 
 def failure(
@@ -317,6 +380,7 @@ def failure(
     if hint.startswith("hint: "):
         hint = hint[len("hint: ") :]  # the label is message()'s
     if kind == "usage":
+        reason, hint = mpi4py_advice(reason, hint)
         raise KbundleUsageError(kind, reason, hint)
     if kind not in ("unusable", "failed"):
         raise KbundleMPIError(kind, reason, hint)

@@ -43,6 +43,9 @@ class TreeStatus:
     raw_bytes: int = 0
     unchanged: Optional[bool] = None
     new: int = 0
+    #: How many of the ``new`` entries are directories (the others are
+    #: files, as harvest counts them).
+    new_dirs: int = 0
     changed: int = 0
     missing: int = 0
 
@@ -102,6 +105,7 @@ def _tree(t: Mapping[str, Any]) -> TreeStatus:
         raw_bytes=int(t.get("raw_bytes", 0)),
         unchanged=bool(tree["unchanged"]) if "unchanged" in tree else None,
         new=int(tree.get("new", 0)),
+        new_dirs=int(tree.get("new_dirs", 0)),
         changed=int(tree.get("changed", 0)),
         missing=int(tree.get("missing", 0)),
     )

@@ -155,6 +155,14 @@ func TestSignalsLeaveNothing(t *testing.T) {
 				if !strings.Contains(stderr, "interrupted by "+name) || strings.Contains(stderr, "hint:") {
 					t.Errorf("the message should say the load was interrupted by %s, with no hint\n%s", name, stderr)
 				}
+				// Rank 0 says at once that it stops (U49), and speaks for
+				// rank 1, which prints no line of its own (U46).
+				if n := strings.Count(stderr, "kbundle: interrupted by "+name+": stopping; what this run wrote is removed\n"); n != 1 {
+					t.Errorf("%d lines say the load is stopping, want 1 (rank 0's)\n%s", n, stderr)
+				}
+				if n := strings.Count(stderr, "; stopped\n"); n > 1 {
+					t.Errorf("%d ranks said they stopped, want rank 0 at most\n%s", n, stderr)
+				}
 				check(t, code, 128+int(sig), took, stderr, dir)
 			})
 		}

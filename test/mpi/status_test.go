@@ -33,7 +33,7 @@ func TestStatusUnderMPI(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(so), "\n")
 			if code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "dest.node0: installed by job ") ||
 				!strings.HasSuffix(lines[0], "; unchanged since install") ||
-				!strings.HasSuffix(lines[1], "; changed since install: 1 new, 0 changed, 0 missing") {
+				!strings.HasSuffix(lines[1], "; changed since install: 1 new file, 0 changed, 0 missing") {
 				t.Fatalf("status: exit %d, want two lines, node 1's changed:\n%s\n%s", code, so, se)
 			}
 			so, _, code = testutil.RunMPI(t, v, 4, env, kb, "status", "--json", dest)

@@ -30,6 +30,7 @@ import warnings
 
 import ctypes
 
+import kbundle
 import kbundle.__main__ as kbmain
 from kbundle import (
     HarvestFailedError,
@@ -423,8 +424,34 @@ class WarningTest(unittest.TestCase):
 
     def test_lines(self) -> None:
         lines = _load._lines({"warnings": ["warning: a", "warning: b"]})
-        self.assertEqual(lines, ["kbundle: warning: a", "kbundle: warning: b"])
+        # KbundleWarning says "warning" once: Go's "warning: " goes (U50).
+        self.assertEqual(lines, ["kbundle: a", "kbundle: b"])
+        self.assertEqual(_load._lines({"warnings": ["not loaded: x"]}), ["kbundle: not loaded: x"])
         self.assertEqual(_load._lines({}), [])
+
+    def test_mpi4py_advice(self) -> None:
+        """U40: a launcher of the other ABI than mpi4py's library gets
+        mpi4py's fix, not the CLI's "the MPICH build"."""
+        out: Dict[str, Any] = {
+            "ok": False, "kind": "usage",
+            "reason": "this kbundle is built for Open MPI but runs under Hydra (MPICH) (2 tasks): use mpirun.openmpi, or the MPICH build",
+        }
+        with self.assertRaises(KbundleUsageError) as cm, \
+                unittest.mock.patch.object(_load, "_switchable_mpi4py", lambda: True):
+            _load._failure(out, strict=False, rank0=True)
+        self.assertEqual(cm.exception.reason, "mpi4py runs on Open MPI (libmpi.so.40), but this job runs under Hydra (MPICH) (2 tasks)")
+        self.assertIn("MPI4PY_LIBMPI=libmpi.so.12", cm.exception.hint)
+        self.assertNotIn("the MPICH build", str(cm.exception))
+        reason, hint = _load.mpi4py_advice(
+            "this kbundle is built for MPICH (or an MPI of its ABI) but runs under Open MPI's mpirun (4 tasks): use mpiexec.hydra", "",
+            switchable=True)
+        self.assertEqual(reason, "mpi4py runs on MPICH's ABI (libmpi.so.12), but this job runs under Open MPI's mpirun (4 tasks)")
+        self.assertIn("unset MPI4PY_LIBMPI", hint)
+        self.assertEqual(_load.mpi4py_advice("bad --jobs", "h"), ("bad --jobs", "h"))
+        # A source build of mpi4py has one library: MPI4PY_LIBMPI cannot help.
+        reason, hint = _load.mpi4py_advice(out["reason"], "", switchable=False)
+        self.assertEqual(reason, "mpi4py is built for Open MPI, but this job runs under Hydra (MPICH) (2 tasks)")
+        self.assertIn("MPICC=mpicc.mpich pip install --no-binary mpi4py mpi4py", hint)
 
     def test_no_texts_of_its_own(self) -> None:
         src = Path(_load.__file__).read_text()
@@ -520,6 +547,66 @@ class MainTest(unittest.TestCase):
                              check=True)
         self.assertEqual(out.stdout, f"{front}|load --bundle a b\n")
 
+    def test_mpich_launch(self) -> None:
+        hydra = {"MPI_LOCALRANKID": "0", "PMI_RANK": "0", "PMI_SIZE": "2"}
+        self.assertTrue(kbmain.mpich_launch(hydra))
+        self.assertTrue(kbmain.mpich_launch({"PALS_RANKID": "1", "PMI_SIZE": "4"}))
+        self.assertTrue(kbmain.mpich_launch({"KBUNDLE_BUILD": "mpich"}))
+        self.assertFalse(kbmain.mpich_launch(dict(hydra, KBUNDLE_BUILD="openmpi")))
+        self.assertFalse(kbmain.mpich_launch(dict(hydra, PMI_SIZE="1")))
+        self.assertFalse(kbmain.mpich_launch(dict(hydra, OMPI_COMM_WORLD_SIZE="2")))
+        self.assertFalse(kbmain.mpich_launch({}))
+
+    def test_missing_mpich_library(self) -> None:
+        """U40: the wheel's kbundle-mpich on Debian's MPICH (libmpich.so.12,
+        no libmpi.so.12) is one message with the link that fixes it."""
+        bin_dir, sys_lib, ld = self.tmp / "bin", self.tmp / "usr-lib", self.tmp / "ld"
+        for d in (bin_dir, sys_lib, ld):
+            d.mkdir()
+        (bin_dir / "kbundle-mpich").write_bytes(b"\x7fELF...libc.so.6\0libmpi.so.12\0...")  # as the wheel's
+        env = {"MPI_LOCALRANKID": "0", "PMI_RANK": "0", "PMI_SIZE": "2", "LD_LIBRARY_PATH": str(ld)}
+        none = lambda name: False  # noqa: E731: the loader finds nothing
+        msg = kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib])
+        assert msg is not None
+        self.assertRegex(msg, r"^kbundle: kbundle-mpich needs libmpi.so.12, MPICH's library .* finds none\n"
+                              r"kbundle: hint: load the MPI you launch with .*\n$")
+        (sys_lib / "libmpich.so.12").touch()
+        msg = kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib])
+        assert msg is not None
+        lines = msg.splitlines()
+        self.assertEqual(len(lines), 2)
+        self.assertEqual(lines[0], f"kbundle: kbundle-mpich needs libmpi.so.12, and this MPICH names it "
+                                   f"{sys_lib}/libmpich.so.12 (as Debian and Ubuntu do)")
+        self.assertIn(f"ln -sf {sys_lib}/libmpich.so.12 $HOME/.local/lib/kbundle-mpich/libmpi.so.12", lines[1])
+        self.assertIn("MPI4PY_LIBMPI=libmpi.so.12", lines[1])
+        # Found: on LD_LIBRARY_PATH, or by the loader; or another launcher.
+        (ld / "libmpi.so.12").touch()
+        self.assertIsNone(kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib]))
+        (ld / "libmpi.so.12").unlink()
+        self.assertIsNone(kbmain.missing_mpi(env, bin_dir, loads=lambda n: n == "libmpi.so.12", system_dirs=[sys_lib]))
+        self.assertIsNone(kbmain.missing_mpi({"OMPI_COMM_WORLD_SIZE": "2"}, bin_dir, loads=none, system_dirs=[sys_lib]))
+        self.assertIsNone(kbmain.missing_mpi(env, self.tmp / "nobin", loads=none, system_dirs=[sys_lib]))
+        # Built by make python with Debian's mpicc.mpich: it needs libmpich.so.12, found.
+        (bin_dir / "kbundle-mpich").write_bytes(b"\x7fELF...libc.so.6\0libmpich.so.12\0...")
+        self.assertIsNone(kbmain.missing_mpi(env, bin_dir, loads=none, system_dirs=[sys_lib]))
+
+    def test_missing_mpich_library_exits_2(self) -> None:
+        bin_dir = self.tmp / "bin"
+        bin_dir.mkdir()
+        for name in ("kbundle", "kbundle-mpich"):
+            (bin_dir / name).write_text("#!/bin/sh\necho ran\n# libmpi.so.12\0\n")
+            (bin_dir / name).chmod(0o755)
+        code = (f"import kbundle.__main__ as m, pathlib; m.BIN_DIR = pathlib.Path({str(bin_dir)!r}); "
+                "m._loads = lambda n: False; m._system_dirs = lambda: []; m.main()")
+        env = dict(os.environ, MPI_LOCALRANKID="1", PMI_RANK="1", PMI_SIZE="2", LD_LIBRARY_PATH="")
+        out = subprocess.run([sys.executable, "-c", code, "load"], capture_output=True, text=True, env=env)
+        self.assertEqual((out.returncode, out.stdout, out.stderr), (2, "", ""))  # rank 1: silent
+        env["PMI_RANK"] = "0"
+        out = subprocess.run([sys.executable, "-c", code, "load"], capture_output=True, text=True, env=env)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("kbundle-mpich needs libmpi.so.12", out.stderr)
+        self.assertNotIn("ran", out.stdout)
+
     def test_no_front(self) -> None:
         with unittest.mock.patch.object(kbmain, "BIN_DIR", self.tmp / "none"), \
                 unittest.mock.patch.object(sys, "stderr", new_callable=io.StringIO) as err:
@@ -528,6 +615,51 @@ class MainTest(unittest.TestCase):
         self.assertEqual(cm.exception.code, 1)
         self.assertIn("this installation of the package has no kbundle program", err.getvalue())
         self.assertIn("hint: install the wheel", err.getvalue())
+
+
+class CleanTest(unittest.TestCase):
+    """kbundle.clean() runs the package's kbundle clean, without MPI, and
+    reads its --json answer (U50: the Python API had no way to remove what
+    load_bundle installed)."""
+
+    def setUp(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.tmp)
+        self.bin = self.tmp / "bin"
+        self.bin.mkdir()
+        self.log = self.tmp / "args"
+
+    def front(self, answer: str) -> None:
+        f = self.bin / "kbundle"
+        f.write_text(f'#!/bin/sh\necho "$KBUNDLE_BUILD $*" > {self.log}\ncat <<"EOF"\n{answer}\nEOF\n')
+        f.chmod(0o755)
+
+    def test_removed(self) -> None:
+        from kbundle import _clean
+        self.front('{"schema_version":1,"ok":true,"removed":["/t/d"],"missing":[],"stale":[],"refused":[],"left":[]}')
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.bin):
+            res = kbundle.clean(Path("/t/d"), older_than=90)
+        self.assertTrue(res)
+        self.assertEqual(res.removed, ("/t/d",))
+        self.assertEqual(self.log.read_text(), "none clean --json --older-than 90 -- /t/d\n")
+        self.assertIs(_clean.CleanResult, kbundle.CleanResult)
+
+    def test_refused(self) -> None:
+        self.front('{"schema_version":1,"ok":false,"kind":"failed","reason":"/t: destination refused: no record",'
+                   '"hint":"hint: pass a DEST","exit_status":1,"removed":[],"missing":[],"stale":[],"refused":["/t"],"left":[]}')
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.bin):
+            res = kbundle.clean(["/t", "/u"])
+        self.assertFalse(res)
+        self.assertEqual((res.refused, res.reason, res.hint), (("/t",), "/t: destination refused: no record", "pass a DEST"))
+        self.assertEqual(self.log.read_text(), "none clean --json -- /t /u\n")
+
+    def test_usage(self) -> None:
+        with self.assertRaises(KbundleUsageError):
+            kbundle.clean([])
+        with unittest.mock.patch.object(kbmain, "BIN_DIR", self.tmp / "none"):
+            with self.assertRaises(kbundle.KbundleError) as cm:
+                kbundle.clean("/t/d")
+        self.assertIn("no kbundle program", str(cm.exception))
 
 
 if __name__ == "__main__":

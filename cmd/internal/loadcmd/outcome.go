@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strconv"
 	"strings"
 	"unicode"
@@ -273,8 +274,12 @@ func gpuLines(sum *load.Summary) []string {
 		w = append(w, fmt.Sprintf("%s left out the kernels of other GPU architectures than their own; --gpu-arch all installs every architecture", plural(sum.SkippedNodes, "node")))
 	}
 	if n := sum.AllArchNodes; n > 0 {
-		w = append(w, fmt.Sprintf("no GPU visible to the load on %s (Slurm's ConstrainDevices hides GPUs from a step without --gres): "+
-			"installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one", plural(n, "node")))
+		why := "" // Slurm's cause, named under Slurm only (issue 25, U45)
+		if os.Getenv("SLURM_JOB_ID") != "" {
+			why = " (Slurm's ConstrainDevices hides GPUs from a step without --gres)"
+		}
+		w = append(w, fmt.Sprintf("no GPU visible to the load on %s%s: "+
+			"installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one", plural(n, "node"), why))
 	}
 	return w
 }

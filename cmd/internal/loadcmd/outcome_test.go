@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kbundle/kbundle/detect"
 	"io/fs"
 	"reflect"
 	"strings"
@@ -136,11 +137,41 @@ func TestWarningsByRule(t *testing.T) {
 		{"filtered", load.Summary{Nodes: 3, GPUArch: "cuda:90", Skipped: 12, SkippedBytes: 3 << 20, SkippedArchs: []string{"cuda:80"}, SkippedNodes: 2, AllArchNodes: 1},
 			[]string{"installed the kernels of GPU architecture cuda:90 (this node's): left out 12 entries (3.0 MiB) built for cuda:80; 2 nodes left out other architectures'; --gpu-arch all installs every architecture",
 				"no GPU visible to the load on 1 node (Slurm's ConstrainDevices hides GPUs from a step without --gres): installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one"}},
+		{"no GPU, no Slurm", load.Summary{Nodes: 1, AllArchNodes: 1},
+			[]string{"no GPU visible to the load on 1 node: installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// Slurm's cause is named under Slurm only (U45).
+			job := "42"
+			if strings.Contains(c.name, "no Slurm") {
+				job = ""
+			}
+			t.Setenv("SLURM_JOB_ID", job)
 			if got := Warnings(&c.sum); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("Warnings:\n%q\nwant\n%q", got, c.want)
 			}
 		})
+	}
+}
+
+// TestAllocationWarning: a load that reached fewer nodes than the
+// allocation holds says so, with how to start it (U38).
+func TestAllocationWarning(t *testing.T) {
+	for _, c := range []struct {
+		a     detect.Allocation
+		nodes int
+		want  string
+	}{
+		{detect.Allocation{Scheduler: "slurm", Nodes: 4, Source: "SLURM_JOB_NUM_NODES=4"}, 1,
+			"warning: this job has 4 nodes (SLURM_JOB_NUM_NODES=4) but the load ran on 1 node: the application's tasks on the other 3 will find no DEST and run cold; start the load with srun --ntasks-per-node=1 kbundle load ... (or mpirun --map-by ppr:1:node)"},
+		{detect.Allocation{Scheduler: "pbs", Nodes: 3, Source: "PBS_NODEFILE (3 hosts)"}, 2,
+			"warning: this job has 3 nodes (PBS_NODEFILE (3 hosts)) but the load ran on 2 nodes: the application's tasks on the other 1 will find no DEST and run cold; start the load with mpiexec --ppn 1 kbundle load ... (Cray PALS; Open MPI: mpirun --map-by ppr:1:node)"},
+		{detect.Allocation{Scheduler: "slurm", Nodes: 4, Source: "SLURM_NNODES=4"}, 4, ""},
+		{detect.Allocation{Scheduler: "slurm"}, 1, ""},
+		{detect.Allocation{}, 1, ""},
+	} {
+		if got := AllocationWarning(c.a, c.nodes); got != c.want {
+			t.Errorf("AllocationWarning(%+v, %d) =\n%q\nwant\n%q", c.a, c.nodes, got, c.want)
+		}
 	}
 }

@@ -63,8 +63,11 @@ type TreeLayer struct {
 type TreeChange struct {
 	Unchanged bool `json:"unchanged"`
 	New       int  `json:"new"`
-	Changed   int  `json:"changed"`
-	Missing   int  `json:"missing"`
+	// NewDirs is how many of the New entries are directories: the
+	// others are files, what harvest counts (issue 25, U43).
+	NewDirs int `json:"new_dirs"`
+	Changed int `json:"changed"`
+	Missing int `json:"missing"`
 }
 
 // Status is the status of each DEST, or without DEST of every
@@ -171,6 +174,11 @@ func TreeStatus(dest string) Tree {
 		return t
 	}
 	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	for _, n := range ch.New {
+		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
+			t.Tree.NewDirs++
+		}
+	}
 	return t
 }
 
