@@ -337,3 +337,29 @@ func TestWriterRefusesNonTree(t *testing.T) {
 		})
 	}
 }
+
+// TestImpliedDirsDated: a directory the Writer adds because an entry
+// below it needs it is dated as its newest entry below (U42: harvested
+// layers' directories said 1970-01-01); one that is named keeps its own.
+func TestImpliedDirsDated(t *testing.T) {
+	var buf bytes.Buffer
+	w := NewWriter(&buf, nil)
+	old, newer := time.Unix(1_700_000_000, 5), time.Unix(1_800_000_000, 7)
+	w.WriteFile("a/b/old", 0o644, old, []byte("o"))
+	w.WriteFile("a/new", 0o644, newer, []byte("n"))
+	w.Mkdir("named", 0o755, old)
+	w.WriteFile("named/f", 0o644, newer, []byte("f"))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReaderBytes(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{"a": newer, "a/b": old, "named": old}
+	for _, e := range r.Entries() {
+		if w, ok := want[e.Name]; ok && !e.ModTime.Equal(w) {
+			t.Errorf("%s dated %v, want %v", e.Name, e.ModTime, w)
+		}
+	}
+}

@@ -314,9 +314,24 @@ func (w *Writer) Close() error {
 	if w.err != nil {
 		return w.err
 	}
+	// A parent directory no entry names (a harvest's layer holds files,
+	// not their directories) is dated as its newest entry below it, not
+	// 1970 (U42): the same bytes give the same bundle.
+	newest := map[string]time.Time{}
+	for _, e := range w.entries {
+		for p := path.Dir(e.Name); p != "."; p = path.Dir(p) {
+			if _, named := w.entries[p]; !named && e.ModTime.After(newest[p]) {
+				newest[p] = e.ModTime
+			}
+		}
+	}
 	for p := range w.parents {
 		if _, ok := w.entries[p]; !ok {
-			w.entries[p] = &Entry{Name: p, Dir: true, Mode: 0o755, ModTime: time.Unix(0, 0)}
+			t, ok := newest[p]
+			if !ok {
+				t = time.Unix(0, 0)
+			}
+			w.entries[p] = &Entry{Name: p, Dir: true, Mode: 0o755, ModTime: t}
 		}
 	}
 	ix := &index{segSize: w.segSize, dataLen: w.dataLen, packed: w.packed, meta: w.meta}

@@ -20,7 +20,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "harvest",
 		Usage:     "gather what a job compiled into its bundle set, as a new layer (collective, launched like load)",
-		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [PATH | --bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--json] [--dry-run]",
+		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [PATH | --bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--python PATH] [--json] [--dry-run]",
 		Description: "Each node leader compares its DEST with the install record load wrote there\n" +
 			"(relocation undone, so an unchanged kernel is not \"changed\"). Without --to, DEST\n" +
 			"is load's default for this job; where that does not exist (a bare mpirun gives\n" +
@@ -49,6 +49,7 @@ func init() {
 			&cli.StringFlag{Name: "bundle", Aliases: []string{"b"}, Usage: "the bundle set's `PATH` (or give it as the argument; default: the set DEST was loaded from) [$KBUNDLE_BUNDLE]"},
 			&cli.StringFlag{Name: "dir", Usage: "the cache directory `DIR`: harvest into DIR/" + broadcast.BundleName + " [$" + broadcast.CacheDirEnv + "]"},
 			&cli.StringFlag{Name: "to", Usage: "node-local `DEST` that load installed (default: the job's, found by its install record) [$KBUNDLE_LOCAL_DIR]"},
+			&cli.StringFlag{Name: "python", Usage: "the job's Python `PATH`, whose package versions the layer records for the presets DEST was loaded with (default: python3 on PATH) [$KBUNDLE_PYTHON]"},
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested and pruned; move and write nothing"},
 			maxSizeFlag,
@@ -71,7 +72,8 @@ func harvestAction(c *cli.Context) (err error) {
 	// KBUNDLE_BUNDLE, KBUNDLE_CACHE_DIR, else the set DEST was loaded
 	// from; --to, then KBUNDLE_LOCAL_DIR, else the job's DEST, found by
 	// its install record; --timeout, then KBUNDLE_TIMEOUT).
-	r := loadcmd.HarvestRequest{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), DryRun: c.Bool("dry-run"), MaxSize: maxSize(c)}
+	r := loadcmd.HarvestRequest{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), DryRun: c.Bool("dry-run"), MaxSize: maxSize(c),
+		Python: c.String("python")}
 	switch {
 	case c.NArg() > 1:
 		return l.fail(fmt.Sprintf("harvest takes one bundle set (got %q and %q)", c.Args().Get(0), c.Args().Get(1)), exitUsage)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
@@ -153,6 +154,8 @@ def harvest(
         "timeout": seconds(timeout),
         "dry_run": bool(dry_run),
         "max_size": _size(max_size),
+        # The toolchain the layer records is this interpreter's (U41).
+        "python": sys.executable,
         # Go copies the environment when the library loads; pass today's.
         "environ": dict(os.environ),
     }

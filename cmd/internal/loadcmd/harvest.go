@@ -34,13 +34,16 @@ import (
 type HarvestRequest struct {
 	// Bundle is the set; "": not given (then $KBUNDLE_BUNDLE, else
 	// $KBUNDLE_CACHE_DIR's, else the set DEST was loaded from).
-	Bundle  string            `json:"bundle"`
-	Dir     string            `json:"-"`        // the cache directory (the CLI's --dir); "": not given
-	Dest    string            `json:"dest"`     // the DEST load installed; "": not given
-	Timeout *float64          `json:"timeout"`  // seconds; nil: not given; 0: none
-	DryRun  bool              `json:"dry_run"`  // report what would be harvested; move and write nothing
-	MaxSize int64             `json:"max_size"` // bound the set's merged view (harvest.Plan.MaxSize); 0: none
-	Environ map[string]string `json:"environ"`  // as Request.Environ
+	Bundle  string   `json:"bundle"`
+	Dir     string   `json:"-"`        // the cache directory (the CLI's --dir); "": not given
+	Dest    string   `json:"dest"`     // the DEST load installed; "": not given
+	Timeout *float64 `json:"timeout"`  // seconds; nil: not given; 0: none
+	DryRun  bool     `json:"dry_run"`  // report what would be harvested; move and write nothing
+	MaxSize int64    `json:"max_size"` // bound the set's merged view (harvest.Plan.MaxSize); 0: none
+	// Python is the job's interpreter, whose package versions the layer
+	// records (U41); "": $KBUNDLE_PYTHON, else python3 on PATH.
+	Python  string            `json:"python"`
+	Environ map[string]string `json:"environ"` // as Request.Environ
 	// Failpoint is harvest.Plan.Failpoint (tests).
 	Failpoint func(step string) `json:"-"`
 }
@@ -85,7 +88,7 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 		return o, usagef("%s: want a size of 0 or more", f.given("max-size", r.MaxSize))
 	}
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
-		Failpoint: r.Failpoint, Meta: HarvestMeta(o.getenv)}
+		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv)}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
@@ -111,16 +114,20 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 
 // HarvestMeta is what rank 0 of a harvest records in the layer, given
 // its DEST: this machine and the toolchain of the presets DEST was
-// installed with (its install record), read with $KBUNDLE_PYTHON (else
-// python3 on PATH), as warm records them for the base.
-func HarvestMeta(getenv func(string) string) func(dest string) map[string]string {
+// installed with (its install record), read with python (else
+// $KBUNDLE_PYTHON, else python3 on PATH), as warm records them for the
+// base.
+func HarvestMeta(python string, getenv func(string) string) func(dest string) map[string]string {
+	if python == "" {
+		python = getenv("KBUNDLE_PYTHON")
+	}
 	return func(dest string) map[string]string {
 		var presets []*warmup.Preset
 		if rec, err := bundle.ReadInstallRecord(dest); err == nil {
 			presets, _ = warmup.ParseList(rec.Presets...)
 		}
 		m := hostinfo.Collect()
-		tc, _ := hostinfo.Toolchain(getenv("KBUNDLE_PYTHON"), getenv, warmup.ToolchainKeys(presets))
+		tc, _ := hostinfo.Toolchain(python, getenv, warmup.ToolchainKeys(presets))
 		maps.Copy(m, tc)
 		return m
 	}
