@@ -459,8 +459,9 @@ func publishLayer(tmp, path, tag string, opt *LayerOptions) (string, int, error)
 		if err != nil {
 			return "", 0, err
 		}
-		folded := foldedOf(path)
-		if n := l.above(folded); n >= MaxLayers {
+		fold := foldOfPath(path)
+		folded := fold.top
+		if n := l.inView(fold); n >= MaxLayers {
 			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("the set has %d layers already (limit %d); run kbundle merge %s", n, MaxLayers, path)}
 		}
 		seq := l.next(max(floor, folded+1))
@@ -509,7 +510,7 @@ var layerListed func()
 // numbers are the layer numbers a listing of a layer directory shows.
 type numbers struct {
 	taken  map[int]bool // a layer or claim of any owner
-	layers []int        // the layers' numbers, of any owner
+	layers []SetLayer   // of any owner
 	// topSeq is the highest number among the layers and claims of
 	// trusted owners (the writer, root, TrustPolicy.Owners): top is that
 	// file, topUID its owner.
@@ -535,7 +536,7 @@ func listNumbers(path string, p *TrustPolicy) (*numbers, error) {
 			m = claimRe.FindStringSubmatch(de.Name())
 		} else {
 			n, _ := strconv.Atoi(m[1])
-			l.layers = append(l.layers, n)
+			l.layers = append(l.layers, SetLayer{Path: filepath.Join(dir, de.Name()), Seq: n})
 		}
 		if m == nil {
 			continue
@@ -556,12 +557,12 @@ func listNumbers(path string, p *TrustPolicy) (*numbers, error) {
 	return l, nil
 }
 
-// above counts the layers numbered above folded (of any owner: a reader
-// loads them all, or refuses the set).
-func (l *numbers) above(folded int) int {
+// inView counts the layers that fold does not skip (of any owner: a
+// reader loads them all, or refuses the set).
+func (l *numbers) inView(fold setFold) int {
 	n := 0
 	for _, s := range l.layers {
-		if s > folded {
+		if !fold.skips(s) {
 			n++
 		}
 	}
@@ -601,15 +602,16 @@ func mkLayerDir(dir, parent string) error {
 	return os.Chmod(dir, 0o775|fi.Mode()&fs.ModeSetgid)
 }
 
-// foldedOf is the base's MetaSetFolded (0: none, or no base).
-func foldedOf(path string) int {
+// foldOfPath is the fold of the base at path (none: no base, or one that
+// does not open; a reader says why).
+func foldOfPath(path string) setFold {
 	r, err := Open(path, nil)
 	if err != nil {
-		return 0
+		return setFold{}
 	}
 	defer r.Close()
-	n, _ := strconv.Atoi(r.Meta()[MetaSetFolded])
-	return n
+	f, _ := parseFold(r.Meta(), path)
+	return f
 }
 
 // linkTemp links the tracked temporary tmp to dst, which must not exist
@@ -946,7 +948,7 @@ func installBase(tmp, path string, held *os.File) error {
 	if err != nil {
 		return err
 	}
-	if id, err := fileID(os.Lstat(path)); errors.Is(err, fs.ErrNotExist) {
+	if id, err := fileID(os.Stat(path)); errors.Is(err, fs.ErrNotExist) {
 		return changed("the base was removed")
 	} else if err != nil {
 		return err
@@ -956,7 +958,7 @@ func installBase(tmp, path string, held *os.File) error {
 	if !noExchange {
 		err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE)
 		if err == nil {
-			if id, _ := fileID(os.Lstat(tmp)); id == want {
+			if id, _ := fileID(os.Stat(tmp)); id == want {
 				return done()
 			}
 			// Installed between the check and the exchange: put it back.

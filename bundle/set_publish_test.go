@@ -389,3 +389,28 @@ func TestWriteLayerPlantedNames(t *testing.T) {
 		})
 	}
 }
+
+// A set whose PATH is a symlink to its base merges as before: the new
+// base replaces the symlink.
+func TestMergeSymlinkedBase(t *testing.T) {
+	for _, mode := range []bool{false, true} {
+		noExchange = mode
+		t.Cleanup(func() { noExchange = false })
+		dir := t.TempDir()
+		path := filepath.Join(dir, "s.kbundle")
+		writeLayer(t, filepath.Join(dir, "v1.kbundle"), map[string]string{"base": "base"})
+		if err := os.Symlink("v1.kbundle", path); err != nil {
+			t.Fatal(err)
+		}
+		writeLayer(t, path, map[string]string{"f": "f"})
+		if _, err := MergeSet(context.Background(), path, &MergeOptions{Unit: CacheUnit}); err != nil {
+			t.Fatalf("noExchange=%v: %v", mode, err)
+		}
+		if got := setFiles(t, path); !equalMaps(got, map[string]string{"base": "base", "f": "f"}) {
+			t.Errorf("noExchange=%v: the set holds %v", mode, got)
+		}
+		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
+			t.Errorf("noExchange=%v: PATH is %v (%v), want the new base", mode, fi.Mode(), err)
+		}
+	}
+}
