@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -413,4 +415,51 @@ func TestMergeSymlinkedBase(t *testing.T) {
 			t.Errorf("noExchange=%v: PATH is %v (%v), want the new base", mode, fi.Mode(), err)
 		}
 	}
+}
+
+// FuzzParseFold: a base's fold metadata either parses, and then joining
+// its names back (as a merge writes them) parses to the same fold, or is
+// a format error naming the base; never a panic.
+//
+//	go test -run '^$' -fuzz '^FuzzParseFold$' -fuzztime 10s ./bundle/
+func FuzzParseFold(f *testing.F) {
+	f.Add("3", "000001-0123456789abcdef.kbundle,000003-0123456789abcdef.kbundle", true)
+	f.Add("", "", true)
+	f.Add("7", "", false)
+	f.Add("-1", "x", true)
+	f.Add("2", ",000001-0123456789abcdef.kbundle", true)
+	f.Fuzz(func(t *testing.T, top, names string, hasNames bool) {
+		meta := map[string]string{MetaSetFolded: top}
+		if hasNames {
+			meta[MetaSetFoldedLayers] = names
+		}
+		fold, err := parseFold(meta, "base")
+		if err != nil {
+			if !errors.Is(err, ErrFormat) || !strings.HasPrefix(err.Error(), "base: ") {
+				t.Fatalf("error %v: want ErrFormat naming the base", err)
+			}
+			return
+		}
+		if !hasNames {
+			if fold.names != nil {
+				t.Fatalf("no %s, but names %v", MetaSetFoldedLayers, fold.names)
+			}
+			return
+		}
+		var ns []string
+		for n := range fold.names {
+			ns = append(ns, n)
+		}
+		slices.Sort(ns)
+		again, err := parseFold(map[string]string{MetaSetFolded: top, MetaSetFoldedLayers: strings.Join(ns, ",")}, "base")
+		if err != nil || again.top != fold.top || len(again.names) != len(fold.names) {
+			t.Fatalf("written back: %+v, %v; want %+v", again, err, fold)
+		}
+		for n := range fold.names {
+			seq, _ := strconv.Atoi(n[:6])
+			if !again.skips(SetLayer{Path: "d/" + n, Seq: seq}) {
+				t.Fatalf("%s not skipped after writing back", n)
+			}
+		}
+	})
 }
