@@ -30,8 +30,63 @@ import (
 const MaxLayers = 32
 
 // MetaSetFolded is the base's metadata key naming the highest layer
-// number merged into it: readers skip the layers up to it.
+// number merged into it: new layers are numbered above it. Readers skip
+// the layers up to it unless the base has MetaSetFoldedLayers.
 const MetaSetFolded = "set_folded"
+
+// MetaSetFoldedLayers is the base's metadata key naming the layers merged
+// into it that were in the layer directory when it was written (file
+// names, ascending, comma-separated; empty: none): readers skip exactly
+// these. A layer linked after the merge listed the set is not among
+// them, whatever its number, and stays in view.
+const MetaSetFoldedLayers = "set_folded_layers"
+
+// MaxFoldedLayers bounds MetaSetFoldedLayers (a metadata value is at most
+// 64 KiB): a merge that would name more refuses, until the next merge
+// past the grace has removed them.
+const MaxFoldedLayers = 2000
+
+// A setFold is what a base folds: the layers it names, or (names nil: a
+// base written before MetaSetFoldedLayers) every layer numbered up to
+// top.
+type setFold struct {
+	top   int
+	names map[string]bool
+}
+
+// parseFold reads a base's fold from its metadata (file: its path, for
+// errors).
+func parseFold(meta map[string]string, file string) (setFold, error) {
+	var f setFold
+	if v := meta[MetaSetFolded]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return f, &Error{File: file, Err: ErrFormat, Msg: fmt.Sprintf("metadata %s %q is not a layer number", MetaSetFolded, v)}
+		}
+		f.top = n
+	}
+	if v, ok := meta[MetaSetFoldedLayers]; ok {
+		f.names = map[string]bool{}
+		for _, n := range strings.Split(v, ",") {
+			if n == "" && v == "" {
+				break
+			}
+			if !layerRe.MatchString(n) {
+				return f, &Error{File: file, Err: ErrFormat, Msg: fmt.Sprintf("metadata %s names %q, which is no layer name", MetaSetFoldedLayers, n)}
+			}
+			f.names[n] = true
+		}
+	}
+	return f, nil
+}
+
+// skips reports whether a reader of the base skips layer l (folded).
+func (f setFold) skips(l SetLayer) bool {
+	if f.names == nil {
+		return l.Seq <= f.top
+	}
+	return f.names[filepath.Base(l.Path)]
+}
 
 // ErrNoSet: neither a base nor a layer exists at the path.
 var ErrNoSet = errors.New("no bundle set")
@@ -80,6 +135,8 @@ type OpenedSet struct {
 	Path   string
 	Layers []SetLayer    // Layers[i] is Readers[i]; the base, if any, first
 	Read   []*ReadCloser // in the order of Layers
+	fold   setFold       // the base's
+	folded []SetLayer    // the layers listed that the base folds
 }
 
 // Close closes every bundle.
@@ -96,7 +153,8 @@ func (s *OpenedSet) HasDeltas() bool { return len(s.Read) > 1 }
 
 // OpenSet opens the set at path: the base first (its descriptor held, so
 // that a merge renaming a new base over it changes nothing for this
-// reader), then the layers above the base's MetaSetFolded. Each bundle
+// reader), then the layers it does not fold (MetaSetFoldedLayers, else
+// those above its MetaSetFolded). Each bundle
 // is opened with opt (Trusted: each passes the trust rules). A missing
 // set (no base, no layer directory) is the base's fs.ErrNotExist error,
 // as for a single bundle; a layer directory without base or layer
@@ -116,26 +174,31 @@ var errLayerGone = errors.New("layer removed while opening the set")
 
 func openSet(path string, opt *OpenOptions) (*OpenedSet, error) {
 	s := &OpenedSet{Path: path}
-	folded := 0
 	base, err := Open(path, opt)
 	baseErr := err
 	switch {
 	case err == nil:
 		s.Layers = append(s.Layers, SetLayer{Path: path})
 		s.Read = append(s.Read, base)
-		if v := base.Meta()[MetaSetFolded]; v != "" {
-			if folded, err = strconv.Atoi(v); err != nil || folded < 0 {
-				base.Close()
-				return nil, &Error{File: path, Err: ErrFormat, Msg: fmt.Sprintf("metadata %s %q is not a layer number", MetaSetFolded, v)}
-			}
+		if s.fold, err = parseFold(base.Meta(), path); err != nil {
+			base.Close()
+			return nil, err
 		}
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, err
 	}
-	layers, err := ListLayers(path, folded)
+	all, err := ListLayers(path, 0)
 	if err != nil {
 		s.Close()
 		return nil, err
+	}
+	var layers []SetLayer
+	for _, l := range all {
+		if s.fold.skips(l) {
+			s.folded = append(s.folded, l)
+		} else {
+			layers = append(layers, l)
+		}
 	}
 	if len(layers) > MaxLayers {
 		s.Close()
@@ -241,12 +304,24 @@ func (s *OpenedSet) ContentDigest(unit func(string) string) Digest {
 // LayerOptions tune WriteLayer and MergeSet.
 type LayerOptions struct {
 	Writer WriterOptions
-	Trust  *TrustPolicy // for the trust check of the result (reported)
+	// Trust is the policy of the trust check of the result (reported);
+	// WriteLayer also numbers its layer above the layers and claims of
+	// the owners it trusts only (docs/FORMAT.md, "Publishing").
+	Trust *TrustPolicy
 	// Failpoint, when not nil, is called by WriteLayer at two steps, for
 	// tests that kill the writer there: "written" (the temporary complete
 	// and fsynced, not yet linked) and "published" (linked to its name,
 	// the temporary's name not yet removed).
 	Failpoint func(step string)
+	// step, when not nil, is called at every step of the protocol
+	// (docs/FORMAT.md, "The protocol"), for the tests that run other
+	// writers and merges in between (set_race_test.go). WriteLayer:
+	// Failpoint's, and "listed" (the set listed, its number chosen,
+	// nothing linked yet; again for each number it tries) and "claimed"
+	// (its number's claim linked, not its layer). MergeSet:
+	// "merge-opened" (the set read) and "merge-written" (the new base
+	// written, not installed).
+	step func(string)
 }
 
 // A Published says where WriteLayer or MergeSet put a bundle.
@@ -263,9 +338,10 @@ type Published struct {
 
 // WriteLayer writes a new layer of the set at path: fill adds its
 // entries to w; the bundle is written to a locked temporary beside path,
-// fsynced, and published with link(2): as the base when the set has none
-// (path did not exist), else as the next layer number in LayerDir(path),
-// taking the next free number when another writer took one first. It
+// fsynced, and published with link(2): as the base when no set exists
+// (neither path nor a layer or claim in LayerDir(path)), else as the
+// next layer number in LayerDir(path), taking the next free number when
+// another writer took one first (publishLayer). It
 // never replaces a file: a concurrent writer loses nothing. On error
 // nothing is published and the temporary is removed.
 func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w *Writer) error) (_ *Published, err error) {
@@ -301,11 +377,12 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 	}
 	opt.failpoint("written")
 	p := &Published{Digest: w.Digest(), Content: content, Entries: len(w.entries), Size: fi.Size()}
-	if err := linkTemp(tmp.Name(), path); err == nil {
-		p.Path, p.Base = path, true
-	} else if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("cannot publish %s: %w", path, err)
-	} else if p.Path, p.Seq, err = linkLayer(tmp.Name(), path, content); err != nil {
+	if p.Base, err = publishBase(tmp.Name(), path, opt); err != nil {
+		return nil, err
+	}
+	if p.Base {
+		p.Path = path
+	} else if p.Path, p.Seq, err = publishLayer(tmp.Name(), path, content.String()[:16], opt); err != nil {
 		return nil, err
 	}
 	if err := syncDir(filepath.Dir(p.Path)); err != nil {
@@ -317,12 +394,52 @@ func WriteLayer(ctx context.Context, path string, opt *LayerOptions, fill func(w
 }
 
 func (o *LayerOptions) failpoint(step string) {
-	if o.Failpoint != nil {
+	if o.step != nil {
+		o.step(step)
+	}
+	if o.Failpoint != nil && (step == "written" || step == "published") {
 		o.Failpoint(step)
 	}
 }
 
-// linkLayer links tmp as the next free layer of the set at path.
+// publishBase links tmp as the base of the set at path when no set
+// exists there: neither path nor a layer or claim in LayerDir(path). A
+// set whose base is gone but whose layers remain (a scratch purge, a
+// user's rm) gets a layer above them, not a base below them (H7). false,
+// nil: publish a layer.
+func publishBase(tmp, path string, opt *LayerOptions) (bool, error) {
+	des, err := os.ReadDir(LayerDir(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("cannot publish a layer of %s: %w", path, err)
+	}
+	for _, de := range des {
+		if layerRe.MatchString(de.Name()) || claimRe.MatchString(de.Name()) {
+			return false, nil
+		}
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return false, nil
+	}
+	opt.failpoint("listed")
+	err = linkTemp(tmp, path)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil // another writer's base, just now
+	}
+	if err != nil {
+		return false, fmt.Errorf("cannot publish %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// MaxLayerSeq is the highest layer number (six digits).
+const MaxLayerSeq = 999999
+
+// publishLayer links tmp as the next free layer of the set at path, named
+// with tag (16 hex digits of its content digest) (docs/FORMAT.md, "The
+// protocol"): claim a number above the base's fold, then link the layer
+// to it. The layer is in the set from its link on, whatever its number:
+// a base skips only the layers it names as folded (MetaSetFoldedLayers),
+// so a merge that listed the set before the link leaves it in view.
 //
 // A layer's name holds its content digest, so link(2) to it fails only
 // for a writer of the same content: the number itself is taken first,
@@ -330,7 +447,7 @@ func (o *LayerOptions) failpoint(step string) {
 // (exclusive whatever the contents). A number whose claim exists is
 // taken, whether its layer is there yet or not (its writer may have been
 // killed in between: the number is skipped).
-func linkLayer(tmp, path string, content Digest) (string, int, error) {
+func publishLayer(tmp, path, tag string, opt *LayerOptions) (string, int, error) {
 	dir := LayerDir(path)
 	if err := mkLayerDir(dir, filepath.Dir(path)); err != nil {
 		return "", 0, fmt.Errorf("cannot make %s: %w", dir, err)
@@ -343,46 +460,46 @@ func linkLayer(tmp, path string, content Digest) (string, int, error) {
 		dropTemp(claim.Name()) // the claims it was linked to stay
 		claim.Close()
 	}()
-	// next is one above the number last found taken: a listing of a
-	// network file system may be older than the link that failed (sshfs
-	// caches directories for 20 s), and must not make us try it again.
-	next := 1
+	// floor is one above the number last tried: a listing of a network
+	// file system may be older than the link that failed (sshfs caches
+	// directories for 20 s), and must not make us try it again.
+	floor := 1
 	for try := 0; try < 100; try++ {
-		all, err := ListLayers(path, 0)
+		l, err := listNumbers(path, opt.Trust)
 		if err != nil {
 			return "", 0, err
 		}
-		folded := foldedOf(path)
-		if countAbove(all, folded) >= MaxLayers {
-			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("the set has %d layers already (limit %d); run kbundle merge %s", MaxLayers, MaxLayers, path)}
+		fold := foldOfPath(path)
+		folded := fold.top
+		if n := l.inView(fold); n >= MaxLayers {
+			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("the set has %d layers already (limit %d); run kbundle merge %s", n, MaxLayers, path)}
 		}
-		seq := next
-		if len(all) > 0 {
-			seq = max(seq, all[len(all)-1].Seq+1)
-		}
-		if seq <= folded {
-			seq = folded + 1
-		}
-		if seq > 999999 {
-			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: "layer numbers exhausted"}
+		seq := l.next(max(floor, folded+1))
+		if seq > MaxLayerSeq {
+			why := fmt.Sprintf("the base's %s is %d", MetaSetFolded, folded)
+			if l.topSeq > folded {
+				why = fmt.Sprintf("%s (owner %s) holds number %06d", l.top, ownerName(l.topUID), l.topSeq)
+			}
+			return "", 0, &Error{File: dir, Err: ErrTooLarge, Msg: fmt.Sprintf("layer numbers exhausted (limit %d): %s; remove it if it is no layer of yours, else the set takes no more layers: pack its merged view anew (kbundle load, then kbundle pack)", MaxLayerSeq, why)}
 		}
 		if layerListed != nil {
 			layerListed()
 		}
-		next = seq + 1
+		opt.failpoint("listed")
+		floor = seq + 1
 		if err := linkTemp(claim.Name(), claimName(dir, seq)); errors.Is(err, fs.ErrExist) {
 			continue // another writer's number
 		} else if err != nil {
 			return "", 0, fmt.Errorf("cannot publish a layer in %s: %w", dir, err)
 		}
-		name := filepath.Join(dir, fmt.Sprintf("%06d-%s.kbundle", seq, content.String()[:16]))
-		err = linkTemp(tmp, name)
-		if err == nil {
-			return name, seq, nil
-		}
-		if !errors.Is(err, fs.ErrExist) { // else a layer of that number without its claim
+		opt.failpoint("claimed")
+		name := filepath.Join(dir, fmt.Sprintf("%06d-%s.kbundle", seq, tag))
+		if err := linkTemp(tmp, name); errors.Is(err, fs.ErrExist) {
+			continue // a layer of that number without its claim
+		} else if err != nil {
 			return "", 0, fmt.Errorf("cannot publish %s: %w", name, err)
 		}
+		return name, seq, nil
 	}
 	return "", 0, fmt.Errorf("cannot publish a layer in %s: every number tried was taken (or its file system refuses hard links)", dir)
 }
@@ -395,9 +512,82 @@ func claimName(dir string, seq int) string {
 // claimRe is a claim's name (claimName).
 var claimRe = regexp.MustCompile(`^\.([0-9]{6})\.claim$`)
 
-// layerListed, when not nil, is called by linkLayer between its listing
-// and its links: a test hook (another writer publishes in between).
+// layerListed, when not nil, is called by publishLayer between its
+// listing and its links: a test hook (another writer publishes in
+// between).
 var layerListed func()
+
+// numbers are the layer numbers a listing of a layer directory shows.
+type numbers struct {
+	taken  map[int]bool // a layer or claim of any owner
+	layers []SetLayer   // of any owner
+	// topSeq is the highest number among the layers and claims of
+	// trusted owners (the writer, root, TrustPolicy.Owners): top is that
+	// file, topUID its owner.
+	topSeq int
+	top    string
+	topUID uint32
+}
+
+// listNumbers lists the layer directory of the set at path. Names of
+// owners p does not trust take their number, but do not move the next
+// one: another member's empty file named like layer 999999 or a hundred
+// claims of theirs cost a writer nothing (X7).
+func listNumbers(path string, p *TrustPolicy) (*numbers, error) {
+	dir := LayerDir(path)
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("cannot publish a layer of %s: %w", path, err)
+	}
+	l := &numbers{taken: map[int]bool{}}
+	for _, de := range des {
+		m := layerRe.FindStringSubmatch(de.Name())
+		if m == nil {
+			m = claimRe.FindStringSubmatch(de.Name())
+		} else {
+			n, _ := strconv.Atoi(m[1])
+			l.layers = append(l.layers, SetLayer{Path: filepath.Join(dir, de.Name()), Seq: n})
+		}
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		l.taken[n] = true
+		if n <= l.topSeq {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil {
+			continue // gone since the listing
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && p.owner(st.Uid) {
+			l.topSeq, l.top, l.topUID = n, filepath.Join(dir, de.Name()), st.Uid
+		}
+	}
+	return l, nil
+}
+
+// inView counts the layers that fold does not skip (of any owner: a
+// reader loads them all, or refuses the set).
+func (l *numbers) inView(fold setFold) int {
+	n := 0
+	for _, s := range l.layers {
+		if !fold.skips(s) {
+			n++
+		}
+	}
+	return n
+}
+
+// next is the lowest number that is at least from, above every trusted
+// layer and claim, and not taken.
+func (l *numbers) next(from int) int {
+	n := max(from, l.topSeq+1)
+	for l.taken[n] {
+		n++
+	}
+	return n
+}
 
 // mkLayerDir makes a set's layer directory (none there yet), 0755, or
 // 0775 when the set's directory parent lets its group write (a group's
@@ -437,25 +627,16 @@ func groupShared(st *unix.Stat_t) bool {
 	return st.Mode&0o020 != 0 && st.Mode&0o002 == 0 && !sharedDir(st)
 }
 
-func countAbove(ls []SetLayer, folded int) int {
-	n := 0
-	for _, l := range ls {
-		if l.Seq > folded {
-			n++
-		}
-	}
-	return n
-}
-
-// foldedOf is the base's MetaSetFolded (0: none, or no base).
-func foldedOf(path string) int {
+// foldOfPath is the fold of the base at path (none: no base, or one that
+// does not open; a reader says why).
+func foldOfPath(path string) setFold {
 	r, err := Open(path, nil)
 	if err != nil {
-		return 0
+		return setFold{}
 	}
 	defer r.Close()
-	n, _ := strconv.Atoi(r.Meta()[MetaSetFolded])
-	return n
+	f, _ := parseFold(r.Meta(), path)
+	return f
 }
 
 // linkTemp links the tracked temporary tmp to dst, which must not exist
@@ -508,8 +689,9 @@ type MergeOptions struct {
 	Unit func(name string) string
 	// Grace is how long a folded layer is kept after the merge that
 	// folded it, for readers that listed it before: MergeSet removes the
-	// layers folded into the base it replaces only once that base is
-	// older than Grace (0: DefaultGrace).
+	// layers folded into the base it replaces only once that base has
+	// been in place for Grace (its mtime, set when it is installed, is
+	// older; 0: DefaultGrace).
 	Grace time.Duration
 	// MaxSize, when above 0, bounds the merged view's raw size: when it
 	// is larger, the new base leaves out the least recently used cache
@@ -547,21 +729,44 @@ type MergeResult struct {
 	DryRun      bool
 }
 
+// ErrSetChanged: another merge installed a base, or the base was
+// removed, while MergeSet merged the set it had read; it installed
+// nothing (and MergeSet tried again, twice).
+var ErrSetChanged = errors.New("the set changed while merging")
+
+// mergeTries bounds MergeSet's attempts at a set that other merges keep
+// changing.
+const mergeTries = 3
+
 // MergeSet folds the set's layers into one base bundle with the merged
 // view's entries (identical contents stored once), written to a locked
-// temporary, fsynced and renamed over path: a reader sees the old base
-// or the new one. The new base records the highest layer it folded
+// temporary, fsynced and installed in place of the base it read
+// (installBase: never over another): a reader sees the old base or the
+// new one. The new base records the highest layer it folded
 // (MetaSetFolded), so readers skip those layers; they stay on disk for
 // readers of the previous set, and a later MergeSet removes them once the
-// base that folded them is older than the grace. Before the rename it
+// base that folded them has been in place for the grace. A layer linked
+// after the merge listed the set is not among them, whatever its number:
+// it stays in view. Before the install it
 // publishes a use record holding the last use of every unit of the new
 // base (its mtime is the merge's, not its units'), and after it removes
 // the use records that one replaces. A set of one bundle is left as it
-// is (Folded 0), unless MaxSize or Drop leave units out.
-func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResult, err error) {
+// is (Folded 0), unless MaxSize or Drop leave units out. When another
+// merge installs a base first, MergeSet reads the set again and merges
+// anew, up to three times (then ErrSetChanged).
+func MergeSet(ctx context.Context, path string, opt *MergeOptions) (*MergeResult, error) {
 	if opt == nil {
 		opt = &MergeOptions{}
 	}
+	for try := 1; ; try++ {
+		res, err := mergeOnce(ctx, path, opt)
+		if !errors.Is(err, ErrSetChanged) || try == mergeTries {
+			return res, err
+		}
+	}
+}
+
+func mergeOnce(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResult, err error) {
 	grace := opt.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
@@ -572,13 +777,14 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	}
 	defer s.Close()
 	res := &MergeResult{DryRun: opt.DryRun}
-	oldFolded := 0
+	var held *os.File // the base read, whose place the new one takes
 	if s.Layers[0].Seq == 0 {
-		oldFolded, _ = strconv.Atoi(s.Read[0].Meta()[MetaSetFolded])
-		if fi, err := s.Read[0].f.Stat(); err == nil && time.Since(fi.ModTime()) >= grace && !opt.DryRun {
-			res.Removed = removeFolded(path, oldFolded)
+		held = s.Read[0].f
+		if inPlaceFor(held) >= grace && !opt.DryRun {
+			res.Removed = removeFolded(path, s.fold)
 		}
 	}
+	opt.failpoint("merge-opened")
 	merged := s.Merged(opt.Unit)
 	var units []Unit
 	var uses *SetUses
@@ -639,8 +845,13 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 			w.SetMeta(k, v)
 		}
 	}
-	if top = max(top, oldFolded); top > 0 { // a base pruned alone keeps its fold
+	if top = max(top, s.fold.top); top > 0 { // a base pruned alone keeps its fold
 		w.SetMeta(MetaSetFolded, strconv.Itoa(top))
+		names, err := foldedNames(s, res.Removed)
+		if err != nil {
+			return nil, err
+		}
+		w.SetMeta(MetaSetFoldedLayers, names)
 	}
 	for i := range keep {
 		e := &keep[i]
@@ -691,7 +902,12 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 			return nil, err
 		}
 	}
-	if err := renameTemp(tmp.Name(), path); err != nil {
+	opt.failpoint("merge-written")
+	// Its grace runs from now: in place from the next step on.
+	if err := os.Chtimes(tmp.Name(), time.Time{}, time.Now()); err != nil {
+		return nil, err
+	}
+	if err := installBase(tmp.Name(), path, held); err != nil {
 		if res.UseRecord != "" {
 			os.Remove(res.UseRecord) // the records it replaces are still there
 		}
@@ -708,6 +924,108 @@ func MergeSet(ctx context.Context, path string, opt *MergeOptions) (_ *MergeResu
 	return res, nil
 }
 
+// inPlaceFor is how long the base f has been in place: its mtime, which
+// MergeSet sets right before installing a base.
+func inPlaceFor(f *os.File) time.Duration {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0
+	}
+	return time.Since(fi.ModTime())
+}
+
+// noExchange makes installBase take the file systems' way without
+// renameat2(RENAME_EXCHANGE) (NFS, sshfs): a test hook.
+var noExchange bool
+
+// installBase puts the merged base tmp (a tracked temporary, forgotten
+// once in place) at path, in place of the base the merge read, held (nil:
+// the set had none), and only of it: a base that another merge installed
+// meanwhile (folded further, or its folded layers removed since) stays,
+// and the error is ErrSetChanged.
+//
+// The check: path is still held's file (device and inode), then
+// renameat2(RENAME_EXCHANGE) swaps the two names and what it took out of
+// place is checked again; when it is another base (installed between
+// the check and the exchange), the exchange is undone. Where the file
+// system has no RENAME_EXCHANGE, the check is followed by rename(2): a
+// base installed between the two is replaced (docs/FORMAT.md, "The
+// protocol", says when that can happen). Without a base, link(2) makes
+// the new one, failing when one has appeared.
+func installBase(tmp, path string, held *os.File) error {
+	tempsMu.Lock()
+	defer tempsMu.Unlock()
+	if closing || temps[tmp] == nil {
+		return fmt.Errorf("cannot write %s: %w", path, ErrExiting)
+	}
+	changed := func(why string) error {
+		return &Error{File: path, Err: ErrSetChanged, Msg: why + "; this merge installed nothing: run it again"}
+	}
+	done := func() error {
+		os.Remove(tmp) // the base taken out of place, or our second name
+		forget(tmp)
+		return nil
+	}
+	if held == nil {
+		err := os.Link(tmp, path)
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.EPERM) && linkTaken(path) {
+			return changed("a base appeared")
+		}
+		if err != nil {
+			return err
+		}
+		return done()
+	}
+	want, err := fileID(held.Stat())
+	if err != nil {
+		return err
+	}
+	if id, err := fileID(os.Stat(path)); errors.Is(err, fs.ErrNotExist) {
+		return changed("the base was removed")
+	} else if err != nil {
+		return err
+	} else if id != want {
+		return changed("another merge installed a base")
+	}
+	if !noExchange {
+		err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE)
+		if err == nil {
+			if id, _ := fileID(os.Stat(tmp)); id == want {
+				return done()
+			}
+			// Installed between the check and the exchange: put it back.
+			if unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_EXCHANGE) != nil {
+				os.Rename(tmp, path)
+				forget(tmp)
+			}
+			return changed("another merge installed a base")
+		}
+		if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EOPNOTSUPP) {
+			return &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
+		}
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	forget(tmp)
+	return nil
+}
+
+// A fileKey is a file's device and inode.
+type fileKey struct{ dev, ino uint64 }
+
+// fileID is the device and inode of fi (from a Stat or Lstat).
+func fileID(fi os.FileInfo, err error) (fileKey, error) {
+	if err != nil {
+		return fileKey{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileKey{}, fmt.Errorf("%s: no inode", fi.Name())
+	}
+	return fileKey{uint64(st.Dev), st.Ino}, nil
+}
+
 // copyEntry copies file e of r into w, checked against its digest.
 func copyEntry(w *Writer, r *Reader, e *Entry) error {
 	f, err := r.Open(e.Name)
@@ -718,23 +1036,43 @@ func copyEntry(w *Writer, r *Reader, e *Entry) error {
 	return w.CopyFile(e.Name, e.Mode, e.ModTime, e.Size, e.Digest, f.(io.Reader))
 }
 
-// removeFolded removes the layers numbered up to folded (best effort),
-// returning the paths removed.
-func removeFolded(path string, folded int) []string {
+// foldedNames is MetaSetFoldedLayers of a base merged from s: the layers
+// it read and those its base folded, less those removed.
+func foldedNames(s *OpenedSet, removed []string) (string, error) {
+	var names []string
+	for _, l := range append(slices.Clone(s.folded), s.Layers...) {
+		if l.Seq > 0 && !slices.Contains(removed, l.Path) {
+			names = append(names, filepath.Base(l.Path))
+		}
+	}
+	if len(names) > MaxFoldedLayers {
+		return "", &Error{File: LayerDir(s.Path), Err: ErrTooLarge, Msg: fmt.Sprintf("%d layers folded and not yet removed (limit %d); run kbundle merge %s again once its base is older than the grace", len(names), MaxFoldedLayers, s.Path)}
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(a, b) })
+	return strings.Join(slices.Compact(names), ","), nil
+}
+
+// removeFolded removes the layers that fold (the base's) folds, from a
+// fresh listing (best effort), returning the paths removed, and the
+// claims of their numbers that no layer left holds.
+func removeFolded(path string, fold setFold) []string {
 	all, err := ListLayers(path, 0)
 	if err != nil {
 		return nil
 	}
 	var out []string
+	left := map[int]bool{}
 	for _, l := range all {
-		if l.Seq <= folded && os.Remove(l.Path) == nil {
+		if fold.skips(l) && os.Remove(l.Path) == nil {
 			out = append(out, l.Path)
+		} else {
+			left[l.Seq] = true
 		}
 	}
 	des, _ := os.ReadDir(LayerDir(path))
 	for _, de := range des {
 		if m := claimRe.FindStringSubmatch(de.Name()); m != nil {
-			if n, _ := strconv.Atoi(m[1]); n <= folded {
+			if n, _ := strconv.Atoi(m[1]); n <= fold.top && !left[n] {
 				os.Remove(filepath.Join(LayerDir(path), de.Name())) // its layer's number, folded
 			}
 		}
@@ -776,12 +1114,25 @@ func EmptySet(path string) (*OpenedSet, error) {
 }
 
 // SetMembers are the bundles of the set at path as a reader loads them:
-// the base, when it exists, then the layers above its MetaSetFolded.
+// the base, when it exists, then the layers it does not fold.
 func SetMembers(path string) ([]SetLayer, error) {
 	var out []SetLayer
-	if _, err := os.Lstat(path); err == nil {
+	var fold setFold
+	if r, err := Open(path, nil); err == nil {
+		fold, err = parseFold(r.Meta(), path)
+		r.Close()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, SetLayer{Path: path})
+	} else if _, err := os.Lstat(path); err == nil {
 		out = append(out, SetLayer{Path: path})
 	}
-	ls, err := ListLayers(path, foldedOf(path))
-	return append(out, ls...), err
+	ls, err := ListLayers(path, 0)
+	for _, l := range ls {
+		if !fold.skips(l) {
+			out = append(out, l)
+		}
+	}
+	return out, err
 }
