@@ -173,3 +173,27 @@ func TestHarvestNothingLoaded(t *testing.T) {
 		t.Errorf("report:\n%s", lines)
 	}
 }
+
+// TestHarvestSetFolderGone: the set's folder removed since the load (or
+// a full file system): the harvest fails on every rank naming the set,
+// not the temporary beside it, and says that nothing was published and
+// DEST keeps the kernels (U48).
+func TestHarvestSetFolderGone(t *testing.T) {
+	dir := t.TempDir()
+	set := filepath.Join(dir, "kcache", "cache.kbundle")
+	os.Mkdir(filepath.Dir(set), 0o755)
+	dest := filepath.Join(dir, "dest")
+	installMissing(t, set, dest, 2)
+	write(t, dest+".node1", "numba/f.nbi", "compiled")
+	os.RemoveAll(filepath.Dir(set))
+	_, errs := runEach(set, dest, 2, 1, func(*Plan) {})
+	for r, err := range errs {
+		if err == nil || !strings.HasPrefix(err.Error(), "harvest: cannot write a layer of "+set) || strings.Contains(err.Error(), ".kbundle-tmp-") ||
+			!strings.Contains(err.Error(), "nothing was published, and each node's DEST keeps what the job compiled") || err.Error() != errs[0].Error() {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dest+".node1", "numba", "f.nbi")); err != nil {
+		t.Error(err)
+	}
+}

@@ -390,6 +390,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	var commFail error
 	filled := false
+	var filesErr error // a file's own (fileErr): it says what to do
 	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust, Failpoint: plan.Failpoint}, func(w *bundle.Writer) error {
 		if plan.Meta != nil {
 			for k, v := range plan.Meta(mine.Dest) {
@@ -429,6 +430,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 				}
 			}
 		}
+		filesErr = first
 		return first
 	})
 	if commFail != nil {
@@ -443,6 +445,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 	}
 	if err != nil {
+		if filesErr == nil {
+			err = publishErr(err)
+		}
 		return outcome(sum, err), nil
 	}
 	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
@@ -461,6 +466,27 @@ func fileErr(l *list, f File, err error) error {
 	}
 	return fmt.Errorf("%s (rank %d): %s: %w", l.Host, l.First, f.Name, err)
 }
+
+// publishErr is the error of a layer that could not be written or
+// published (a full or read-only file system, a folder gone): it names
+// the set, not the temporary beside it, and says what was kept (U48).
+func publishErr(err error) error {
+	msg := err.Error()
+	var pe *fs.PathError
+	if errors.As(err, &pe) && strings.HasPrefix(filepath.Base(pe.Path), ".kbundle-tmp-") {
+		msg = strings.Replace(msg, pe.Op+" "+pe.Path, pe.Op+" its temporary", 1)
+	}
+	return &harvestError{msg + "; nothing was published, and each node's DEST keeps what the job compiled: run kbundle harvest again once that is fixed", err}
+}
+
+// A harvestError is an error in words of its own, wrapping its cause.
+type harvestError struct {
+	msg string
+	err error
+}
+
+func (e *harvestError) Error() string { return e.msg }
+func (e *harvestError) Unwrap() error { return e.err }
 
 // errChanged: a file is no longer what was listed (its size, kind or owner).
 var errChanged = errors.New("changed since listed")

@@ -30,8 +30,9 @@ func init() {
 			"$TMPDIR/kbundle-USER-JOB, else /tmp/kbundle-USER-JOB (JOB: the scheduler's job id,\n" +
 			"so the application's later launch finds it). DEST is printed on stdout\n" +
 			"by rank 0, a summary on stderr. Without a launcher, or with one task, it loads\n" +
-			"locally. With --preset, each node's copy is relocated for the framework and\n" +
-			"`export VAR=VALUE` lines pointing it at DEST are printed (--print-env: only those).\n" +
+			"locally. For the presets the bundle records (and those of --preset), each node's\n" +
+			"copy is relocated for the framework and `export VAR=VALUE` lines pointing it at\n" +
+			"DEST are printed (--print-env: only those).\n" +
 			"Each node installs the entries of its own GPU's architecture (--gpu-arch: another,\n" +
 			"or all) and compares its GPU, CPU and toolchain (the Python of --python) with\n" +
 			"the warm-up's where the presets' caches key on them, warning once where they miss.\n" +

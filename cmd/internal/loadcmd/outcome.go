@@ -400,7 +400,7 @@ func Failure(f Front, err error) Outcome {
 // ForceHint is the CLI's hint for a destination that exists. The error
 // itself says what --force does (bundle.ErrExist's text): the hint adds
 // the other way out, rather than saying it twice (U23).
-const ForceHint = "hint: or choose another destination"
+const ForceHint = "hint: choose another destination instead"
 
 // TrustHint says how the trust variables are written.
 const TrustHint = "hint: KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS take group and user names or numeric ids, separated by commas or spaces"
@@ -425,7 +425,9 @@ func Hint(f Front, err error) string {
 		case h != "":
 			return h
 		case errors.Is(err, fs.ErrNotExist):
-			return MissingHint
+			// The new way to start, too (U48).
+			return MissingHint + [...]string{CLI: ", or start without one: `load --allow-missing` runs the first job cold and its `harvest` writes the set",
+				Python: ", or start without one: allow_missing=True runs the first job cold and its harvest() writes the set"}[f]
 		case errors.Is(err, fs.ErrPermission):
 			return "hint: you cannot read the bundle; check its and its directories' permissions"
 		}
