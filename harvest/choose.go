@@ -1,0 +1,200 @@
+package harvest
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/kbundle/kbundle/bundle"
+)
+
+// pendingLayers is how many layers the set has above its base's fold.
+func pendingLayers(set string) (int, error) {
+	s, err := bundle.OpenSet(set, nil)
+	if errors.Is(err, bundle.ErrNoSet) || errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		if errors.Is(err, bundle.ErrTooLarge) {
+			return bundle.MaxLayers, nil
+		}
+		return 0, err
+	}
+	defer s.Close()
+	n := len(s.Layers)
+	if s.Layers[0].Seq == 0 {
+		n--
+	}
+	return n, nil
+}
+
+// setView is the set's merged view, name → digest, and its cache units
+// (none: empty).
+func setView(set string, trust *bundle.TrustPolicy) (map[string]string, []string) {
+	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
+	if err != nil {
+		return nil, nil
+	}
+	defer s.Close()
+	m := map[string]string{}
+	units := map[string]bool{}
+	for _, e := range s.Merged(bundle.CacheUnit) {
+		if !e.Dir {
+			m[e.Name] = bundle.FormatDigest(e.Digest)
+			units[bundle.CacheUnit(e.Name)] = true
+		}
+	}
+	return m, slices.Sorted(maps.Keys(units))
+}
+
+// choose picks each cache unit from the lowest rank holding a new or
+// changed file of it, and counts per node. choice[r] are indices into
+// lists[r].Files. What it picks is a tree (docs/FORMAT.md, "Names"): a
+// unit with a file where a lower rank's chosen unit has a directory, or
+// below one of its files (a file x on one node, x/y on another), is left
+// out whole and reported skipped on its node (dropConflicts).
+func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
+	sum := &Summary{}
+	choice := make([][]int, len(lists))
+	owner := map[string]int{} // unit → list index (lists are in rank order)
+	seen := map[string]int{}  // name+digest → how many nodes hold it
+	for r, l := range lists {
+		for _, f := range l.Files {
+			if u := bundle.CacheUnit(f.Name); !has(owner, u) {
+				owner[u] = r
+			}
+			seen[f.Name+"\x00"+f.Dig]++
+		}
+	}
+	// A unit the set holds already, file for file, is not taken again
+	// (a DEST harvested twice without a load in between).
+	held := map[string]bool{}
+	for u, r := range owner {
+		held[u] = len(have) > 0
+		for _, f := range lists[r].Files {
+			if bundle.CacheUnit(f.Name) == u && have[f.Name] != f.Dig {
+				held[u] = false
+			}
+		}
+	}
+	conflict := dropConflicts(lists, owner, held)
+	units := map[string]bool{}
+	for r, l := range lists {
+		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
+			Dest: l.Dest, DestNote: l.DestNote, UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
+		for i, f := range l.Files {
+			u := bundle.CacheUnit(f.Name)
+			if held[u] {
+				continue
+			}
+			if why, ok := conflict[u]; ok && owner[u] == r {
+				nr.Skipped = append(slices.Clip(nr.Skipped), Skip{f.Name, why(f.Name)})
+				continue
+			}
+			if !f.Kept {
+				nr.Entries++
+				nr.Bytes += f.Size
+				if seen[f.Name+"\x00"+f.Dig] > 1 {
+					nr.Elsewhere++
+				}
+			}
+			if owner[u] == r {
+				choice[r] = append(choice[r], i)
+				nr.Chosen++
+				units[u] = true
+				sum.Files++
+				sum.Bytes += f.Size
+			}
+		}
+		sum.Nodes = append(sum.Nodes, nr)
+	}
+	sum.Units = len(units)
+	return sum, choice
+}
+
+func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }
+
+// dropConflicts settles what choose takes as a tree: the units owned
+// (owner, not held) are taken in rank order, then by name, and one whose
+// files do not fit with those taken before (a file where they have a
+// directory, or a name below one of their files) is left out whole. It
+// returns the units left out, each with the reason for each of its files.
+// A layer's kind changes against the set are the merged view's to settle
+// (the newest wins), not a conflict.
+func dropConflicts(lists []*list, owner map[string]int, held map[string]bool) map[string]func(string) string {
+	byUnit := map[string][]string{}
+	for u, r := range owner {
+		if held[u] {
+			continue
+		}
+		for _, f := range lists[r].Files {
+			if bundle.CacheUnit(f.Name) == u {
+				byUnit[u] = append(byUnit[u], f.Name)
+			}
+		}
+	}
+	order := slices.SortedFunc(maps.Keys(byUnit), func(a, b string) int {
+		return cmp.Or(cmp.Compare(owner[a], owner[b]), strings.Compare(a, b))
+	})
+	files := map[string]int{}   // a file taken → its rank
+	dirs := map[string]string{} // a directory implied by the files taken → one of them
+	out := map[string]func(string) string{}
+	for _, u := range order {
+		var clash, with string
+		for _, n := range byUnit[u] {
+			if f, ok := dirs[n]; ok {
+				clash, with = n, fmt.Sprintf("a file here and a directory on %s, whose %s the harvest takes", where(lists[files[f]]), f)
+				break
+			}
+			for p := range parents(n) {
+				if r, ok := files[p]; ok {
+					clash, with = n, fmt.Sprintf("below %s, a file on %s, which the harvest takes", p, where(lists[r]))
+					break
+				}
+			}
+			if clash != "" {
+				break
+			}
+		}
+		if clash != "" {
+			out[u] = func(n string) string {
+				if n == clash {
+					return with
+				}
+				return fmt.Sprintf("left out with %s, of its cache unit (%s)", clash, with)
+			}
+			continue
+		}
+		for _, n := range byUnit[u] {
+			files[n] = owner[u]
+			for p := range parents(n) {
+				if _, ok := dirs[p]; ok {
+					break
+				}
+				dirs[p] = n
+			}
+		}
+	}
+	return out
+}
+
+// parents yields the directories above name, the nearest first. It ends
+// for any string (a leader's list is checked by the Writer, after choose:
+// "/etc/x" yields "/etc" only).
+func parents(name string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for i := strings.LastIndexByte(name, '/'); i > 0; i = strings.LastIndexByte(name[:i], '/') {
+			if !yield(name[:i]) {
+				return
+			}
+		}
+	}
+}
+
+// where names a node as the report does: its host and first rank.
+func where(l *list) string { return fmt.Sprintf("%s (rank %d)", l.Host, l.First) }
