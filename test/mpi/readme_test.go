@@ -12,74 +12,6 @@ import (
 	"github.com/kbundle/kbundle/internal/testutil"
 )
 
-// readmeLoop returns the lines of README.md's first sh block, backslash
-// continuations joined: the part before "# in every job" (once) and the
-// rest (every job).
-func readmeLoop(t *testing.T) (once, job []string) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("README.md has no sh block")
-	}
-	block := strings.ReplaceAll(string(m[1]), "\\\n", "")
-	part := &once
-	for _, line := range strings.Split(block, "\n") {
-		if strings.HasPrefix(line, "# in every job") {
-			part = &job
-		}
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			*part = append(*part, line)
-		}
-	}
-	if len(once) == 0 || len(job) == 0 {
-		t.Fatalf("README.md's sh block has no once/every-job parts:\n%s", block)
-	}
-	return once, job
-}
-
-// readmeApp is the user's app.py: one Numba function, compiled for an
-// int by the warm-up (one process) and for a float too under MPI, which
-// the warm-up did not see: the first job compiles something new.
-const readmeApp = `import os
-from numba import njit
-
-@njit(cache=True)
-def f(x):
-    return x * 2 + 1
-
-f(1)
-if os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE"):
-    f(1.5)
-`
-
-// frontBin makes a directory holding what `make install` puts in bin/:
-// the front kbundle and the builds it runs (kbundle-nompi, -openmpi,
-// -mpich).
-func frontBin(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, build := range map[string]string{
-		"kbundle":         testutil.Build(t, testutil.NoMPI, "./cmd/kbundle-front"),
-		"kbundle-nompi":   testutil.Kbundle(t, testutil.NoMPI),
-		"kbundle-openmpi": testutil.Kbundle(t, testutil.OpenMPI),
-		"kbundle-mpich":   testutil.Kbundle(t, testutil.MPICH),
-	} {
-		// A copy, not a symlink: the front looks beside its own file.
-		b, err := os.ReadFile(build)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, name), b, 0o755)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // TestReadmeLoop runs README.md's loop verbatim, its lines read from the
 // README, under a bare mpirun (Open MPI's, then MPICH's as `mpirun`),
 // as a new user does (U33): warm up and pack once, then two jobs, each
@@ -96,8 +28,8 @@ func TestReadmeLoop(t *testing.T) {
 		}
 		t.Skip("Debian's python3-numba is missing")
 	}
-	once, job := readmeLoop(t)
-	bin := frontBin(t)
+	once, job := testutil.ReadmeLoop(t)
+	bin := testutil.FrontBin(t, "")
 	for _, v := range testutil.MPIVariants {
 		t.Run(string(v), func(t *testing.T) {
 			launchers := t.TempDir()
@@ -108,12 +40,12 @@ func TestReadmeLoop(t *testing.T) {
 				t.Fatal(err)
 			}
 			work, tmp, scratch := t.TempDir(), t.TempDir(), t.TempDir()
-			if err := os.WriteFile(filepath.Join(work, "app.py"), []byte(readmeApp), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(work, "app.py"), []byte(testutil.ReadmeApp), 0o644); err != nil {
 				t.Fatal(err)
 			}
 			lines := job
 			if v == testutil.MPICH {
-				lines = mpichLines(t, job)
+				lines = testutil.ReadmeMPICH(job)
 			}
 			env := append(os.Environ(), testutil.MPIEnv...)
 			env = append(env, "PATH="+bin+":"+launchers+":/usr/bin:"+os.Getenv("PATH"), "TMPDIR="+tmp, "SCRATCH="+scratch)
@@ -153,19 +85,4 @@ func TestReadmeLoop(t *testing.T) {
 			}
 		})
 	}
-}
-
-// mpichLines is the job's lines for MPICH: the application's line is
-// the one its comment names, "(MPICH: CMD)".
-func mpichLines(t *testing.T, job []string) []string {
-	t.Helper()
-	var out []string
-	re := regexp.MustCompile(`\(MPICH: ([^)]*)\)`)
-	for _, l := range job {
-		if m := re.FindStringSubmatch(l); m != nil {
-			l = m[1]
-		}
-		out = append(out, l)
-	}
-	return out
 }
