@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,6 +129,23 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 	if !sameInode(fd, &st) {
 		return refuse("it was replaced while kbundle clean looked at it" + cleanKeeps)
 	}
+	// Two cleans of one DEST at once (a clean on every task of a node:
+	// Hydra's mpiexec --map-by binds and does not place, so `mpiexec
+	// --map-by ppr:1:node kbundle clean` runs one a slot): one removes
+	// it, holding its lock; the others wait, then find nothing to do.
+	if !lockDir(fd) {
+		return refuse("another kbundle clean has held it for " + cleanWait.String() + cleanKeeps + "; run clean again once it ended")
+	}
+	var now unix.Stat_t
+	switch err := unix.Fstatat(pfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+		res.Missing = true // the other clean removed it
+		return res, nil
+	case err != nil:
+		return res, &os.PathError{Op: "lstat", Path: dest, Err: err}
+	case now.Dev != st.Dev || now.Ino != st.Ino:
+		return refuse("it was replaced while kbundle clean looked at it" + cleanKeeps)
+	}
 	if mountPoint(pfd, fd, &st) {
 		return refuse("it is a mount point, which kbundle never removes" + cleanKeeps)
 	}
@@ -159,6 +177,23 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 	}
 	res.Removed = true
 	return res, syncDir(filepath.Dir(dest))
+}
+
+// cleanWait bounds how long Clean waits for another clean of the same
+// tree.
+const cleanWait = 2 * time.Minute
+
+// lockDir takes the directory open as fd for this clean (flock, released
+// when fd is closed), waiting cleanWait at most for another's.
+func lockDir(fd int) bool {
+	for end := time.Now().Add(cleanWait); ; time.Sleep(20 * time.Millisecond) {
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }
 
 // cleanKeeps ends Clean's refusals: it never deletes what kbundle did

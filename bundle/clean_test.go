@@ -3,10 +3,12 @@ package bundle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -240,5 +242,53 @@ func TestCleanOwner(t *testing.T) {
 	}
 	if res, err := Clean(theirs, as); err != nil || !res.Removed {
 		t.Fatalf("Clean(their tree, for uid %d) = %+v, %v; want removed", other, res, err)
+	}
+}
+
+// TestCleanConcurrent: cleans of one tree at once (a clean on every task
+// of a node) remove it once; the others find nothing to do, none fails
+// (a review of 2026-12-01b's loop under Hydra: 15 rounds in 20 failed).
+func TestCleanConcurrent(t *testing.T) {
+	for round := 0; round < 10; round++ {
+		src := t.TempDir()
+		for d := 0; d < 30; d++ {
+			for f := 0; f < 10; f++ {
+				p := filepath.Join(src, fmt.Sprintf("d%d", d), fmt.Sprintf("f%d", f))
+				os.MkdirAll(filepath.Dir(p), 0o755)
+				os.WriteFile(p, []byte("kernel"), 0o644)
+			}
+		}
+		out, _ := pack(t, src, nil)
+		rc, err := Open(out, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dest := filepath.Join(t.TempDir(), "dest")
+		if _, err := rc.Extract(context.Background(), dest, nil); err != nil {
+			t.Fatal(err)
+		}
+		rc.Close()
+		const n = 4
+		res := make([]CleanResult, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() { res[i], errs[i] = Clean(dest, nil) })
+		}
+		wg.Wait()
+		removed := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: clean %d: %v", round, i, errs[i])
+			}
+			if res[i].Removed {
+				removed++
+			} else if !res[i].Missing {
+				t.Errorf("round %d: clean %d: %+v, want removed or missing", round, i, res[i])
+			}
+		}
+		if _, err := os.Lstat(dest); removed != 1 || !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("round %d: %d removed it; %v", round, removed, err)
+		}
 	}
 }

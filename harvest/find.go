@@ -74,6 +74,8 @@ func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFoun
 		find("")
 		if rec, err := bundle.ReadInstallRecord(where.dest); err == nil {
 			set = []byte(rec.Layers[0].Path)
+			// Its line names the set, as the other nodes' do.
+			where.note = strings.Replace(where.note, "loaded from any set", "loaded from "+string(set), 1)
 		}
 	case world.Rank() == 0:
 		set = []byte(absDest(plan.Bundle))

@@ -66,14 +66,13 @@ func (c *cluster) readmeLaunchers(t *testing.T, v testutil.Variant) (dir string,
 	return dir, env
 }
 
-// readmeHydraSlots is the slots of each node in Hydra's host file. Hydra
-// takes --map-by for binding, not placement: README.md's `mpirun --map-by
-// ppr:1:node kbundle clean DEST` starts one clean on every slot, and two
-// cleans of one DEST at once on a node fail (one exits 1: "cannot remove
-// DEST: readdirent : no such file or directory", or "it holds no
-// .kbundle-installed"; bundle.Clean takes no lock). Until clean is safe
-// under concurrency, one slot a node; then perNode.
-const readmeHydraSlots = 1
+// readmeHydraSlots is the slots of each node in Hydra's host file, as
+// many as Open MPI's. Hydra takes --map-by for binding, not placement:
+// README.md's `mpirun --map-by ppr:1:node kbundle clean DEST` starts one
+// clean on every slot, so two cleans of one DEST run at once on each
+// node, which must remove it once and fail nowhere (bundle.Clean locks
+// the tree; a clean that finds it gone has nothing to do).
+const readmeHydraSlots = perNode
 
 // harvestLines maps each node to what the harvest's report says of it
 // (harvest.Report: "HOST (rank N): TEXT", or "HOSTLIST: TEXT" for several
