@@ -21,6 +21,9 @@ type aiTree struct {
 	// groups are Triton group files (relative): their children are the
 	// other files of the group's directory, by absolute path.
 	groups []string
+	// handles are vLLM's vllm_compile_cache.py files (relative): a
+	// Python literal naming the artifact beside it by absolute path.
+	handles []string
 	// ninja are build directories (relative) holding a FlashInfer-style
 	// build.ninja that names its outputs by absolute path.
 	ninja []string
@@ -32,12 +35,12 @@ var aiTrees = []aiTree{
 		// torch_compile_cache/HASH/rank_R_D/PREFIX; compiler_interface.py,
 		// InductorAdaptor.initialize_cache: inductor_cache/, triton_cache/
 		// beside PREFIX. Tensor-parallel 2: two ranks.
-		"vllm/torch_compile_cache/1517964802/rank_0_0/backbone/vllm_compile_cache.py",
 		"vllm/torch_compile_cache/1517964802/rank_0_0/backbone/computation_graph.py",
+		"vllm/torch_compile_cache/1517964802/rank_0_0/backbone/artifact_compile_range_1_8192_subgraph_0",
 		"vllm/torch_compile_cache/1517964802/rank_0_0/inductor_cache/fxgraph/ab/fabc123/entry",
 		"vllm/torch_compile_cache/1517964802/rank_0_0/triton_cache/KEYA/triton_poi_0.cubin",
 		"vllm/torch_compile_cache/1517964802/rank_0_0/triton_cache/KEYA/triton_poi_0.json",
-		"vllm/torch_compile_cache/1517964802/rank_1_0/backbone/vllm_compile_cache.py",
+		"vllm/torch_compile_cache/1517964802/rank_1_0/backbone/artifact_compile_range_1_8192_subgraph_0",
 		"vllm/torch_compile_cache/1517964802/rank_1_0/triton_cache/KEYB/triton_poi_0.cubin",
 		// decorators.py: torch_aot_compile/HASH/rank_R_D/model.
 		"vllm/torch_aot_compile/9f2c/rank_0_0/model",
@@ -45,6 +48,12 @@ var aiTrees = []aiTree{
 		// vllm/utils/deep_gemm.py: DG_JIT_CACHE_DIR = VLLM_CACHE_ROOT/deep_gemm.
 		"vllm/deep_gemm/cache/kernel.sm90_fp8_gemm_1d2d.0123456789abcdef0123456789abcdef/kernel.cu",
 		"vllm/deep_gemm/cache/kernel.sm90_fp8_gemm_1d2d.0123456789abcdef0123456789abcdef/kernel.cubin",
+	}, handles: []string{
+		// backends.py, CompilerManager.save_to_file: the handles, (key,
+		// absolute path) for compiler_interface.py's
+		// InductorStandaloneAdaptor.compile.
+		"vllm/torch_compile_cache/1517964802/rank_0_0/backbone/vllm_compile_cache.py",
+		"vllm/torch_compile_cache/1517964802/rank_1_0/backbone/vllm_compile_cache.py",
 	}, groups: []string{
 		"vllm/torch_compile_cache/1517964802/rank_0_0/triton_cache/KEYA/__grp__triton_poi_0.json",
 		"vllm/torch_compile_cache/1517964802/rank_1_0/triton_cache/KEYB/__grp__triton_poi_0.json",
@@ -88,7 +97,8 @@ var aiTrees = []aiTree{
 // TestAIStackTrees: each framework's tree, packed and extracted to
 // another path as load does, then relocated by its preset: every file
 // keeps its mtime to the nanosecond, Triton's groups (vLLM's and
-// SGLang's) and FlashInfer's build.ninja name the new path, and every
+// SGLang's), vLLM's artifact handles and FlashInfer's build.ninja name the
+// new path, and every
 // other file is byte for byte what was packed. vLLM's per-rank
 // directories all arrive.
 func TestAIStackTrees(t *testing.T) {
@@ -116,6 +126,12 @@ func TestAIStackTrees(t *testing.T) {
 				}
 				b, _ := json.Marshal(map[string]any{"child_paths": children})
 				writeText(t, path, string(b))
+				os.Chtimes(path, stamp, stamp)
+			}
+			for _, h := range tr.handles {
+				path := filepath.Join(warm, filepath.FromSlash(h))
+				art := filepath.Join(filepath.Dir(path), "artifact_compile_range_1_8192_subgraph_0")
+				writeText(t, path, "{(Range(start=1, end=8192), 0, 'inductor_standalone'): ('artifact_compile_range_1_8192_subgraph_0',\n  '"+art+"')}\n")
 				os.Chtimes(path, stamp, stamp)
 			}
 			for _, d := range tr.ninja {
@@ -171,6 +187,14 @@ func TestAIStackTrees(t *testing.T) {
 					if want := filepath.Join(dest, filepath.FromSlash(g), "..", name); c != filepath.Clean(want) {
 						t.Errorf("%s: %s -> %s, want %s", g, name, c, filepath.Clean(want))
 					}
+				}
+			}
+			for _, h := range tr.handles {
+				rewritten[h] = true
+				b, _ := os.ReadFile(filepath.Join(dest, filepath.FromSlash(h)))
+				want := filepath.Join(dest, filepath.FromSlash(h), "..", "artifact_compile_range_1_8192_subgraph_0")
+				if bytes.Contains(b, []byte(warm)) || !bytes.Contains(b, []byte("'"+filepath.Clean(want)+"'")) {
+					t.Errorf("%s not relocated:\n%s", h, b)
 				}
 			}
 			for _, d := range tr.ninja {

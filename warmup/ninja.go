@@ -588,3 +588,47 @@ func shellJoin(ps []string) string {
 	}
 	return strings.Join(q, " ")
 }
+
+// relocateHandles returns the relocation of vLLM's compile-cache index
+// files under DIR/subdir: each vllm_compile_cache.py (vLLM's
+// compilation/backends.py, CompilerManager.save_to_file: a Python literal
+// of the graphs' handles) holds, for the standalone Inductor adaptor,
+// (key, path) with path the artifact's absolute path under the rank's
+// cache directory (compiler_interface.py, InductorStandaloneAdaptor
+// .compile and .load), so a cache that moved would load from the old
+// path or fail with FileNotFoundError. Every path under origin is
+// rewritten to the same place under dest, keeping the file's mtime.
+func relocateHandles(subdir string) func(dir, dest, origin string) error {
+	return func(dir, dest, origin string) error {
+		if origin == "" {
+			return nil
+		}
+		dir, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		if dest, err = filepath.Abs(dest); err != nil {
+			return err
+		}
+		origin = filepath.Clean(origin)
+		if origin == dest {
+			return nil
+		}
+		root := filepath.Join(dir, filepath.FromSlash(subdir))
+		if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.Type().IsRegular() || d.Name() != "vllm_compile_cache.py" {
+				return err
+			}
+			return rewriteKeepingTimes(p, func(b []byte) ([]byte, error) {
+				s := string(b)
+				if out := replacePrefix(s, origin, dest); out != s {
+					return []byte(out), nil
+				}
+				return b, nil
+			})
+		})
+	}
+}

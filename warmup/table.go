@@ -302,12 +302,12 @@ var table = []*Preset{
 		Misses: []string{
 			"HASH covers vLLM's configuration, PyTorch's compile configuration and the model's forward code: another model, dtype, max length or parallel configuration compiles in a new HASH directory",
 			"each rank compiles into its own rank_R_D (tensor-parallel rank R, data-parallel rank D): a job with another tensor-parallel size has another HASH and compiles; a load keeps every rank's directory, whatever node it lands on",
-			"Inductor's and Triton's keys inside (torch, Triton, GPU model); Triton's group files in triton_cache/ hold absolute paths (kbundle relocates them)",
+			"Inductor's and Triton's keys inside (torch, Triton, GPU model); Triton's group files in triton_cache/ and the artifact handles in each vllm_compile_cache.py hold absolute paths (kbundle relocates them)",
 		},
 		Notes: []string{
 			"vLLM sets TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR itself, under rank_R_D: do not combine with the inductor preset for a vLLM job",
 		},
-		relocate: relocateTriton,
+		relocate: relocateAll(relocateTriton, relocateHandles("vllm")),
 	},
 	{
 		Name:      "sglang",
@@ -325,7 +325,7 @@ var table = []*Preset{
 		Notes: []string{
 			"FlashInfer must not be imported before sglang redirects the caches: it reads its workspace at import",
 		},
-		relocate: relocateAll(relocateTriton, relocateNinja("sglang")),
+		relocate: relocateAll(relocateTriton, relocateNinja("sglang"), relocateHandles("sglang")),
 	},
 }
 

@@ -332,7 +332,7 @@ func (r extensionResult) rank() int { return r.Rank }
 
 // TestTorchExtension: a real C++ extension built by
 // torch.utils.cpp_extension.load (ninja, g++) is warmed with --preset
-// torch-extensions, packed, loaded to another path under Open MPI and
+// torch-extensions (--check: reused), packed, loaded to another path under Open MPI and
 // MPICH, and imported by new processes: the op gives the same result,
 // ninja has nothing to do (torch's verbose output: no command run, "no
 // work to do"), the .so keeps its mtime to the nanosecond and nothing in
@@ -346,12 +346,15 @@ func TestTorchExtension(t *testing.T) {
 	}
 	script := workload(t, "torch_extension_kernels.py")
 	bundlePath := filepath.Join(t.TempDir(), "ext.kbundle")
-	_, cacheDir, out, _ := warmArgs(t, "torch-extensions", []string{"-o", bundlePath}, py, script)
+	_, cacheDir, out, stderr := warmArgs(t, "torch-extensions", []string{"--check", "-o", bundlePath}, py, script)
 	res := jsonLines[extensionResult](t, out)
-	if len(res) != 1 {
-		t.Fatalf("want the warm-up's result line, got %+v", res)
+	if len(res) != 2 {
+		t.Fatalf("want the warm-up's and the check's result lines, got %+v", res)
 	}
-	cold := res[0]
+	cold, again := res[0], res[1]
+	if len(again.RanCommands) > 0 || !again.NoWork || !strings.Contains(stderr, "kbundle: check: reused") {
+		t.Errorf("warm --check: ninja ran %q (no work to do: %v)\n%s", again.RanCommands, again.NoWork, stderr)
+	}
 	if len(cold.RanCommands) == 0 || cold.NoWork {
 		t.Fatalf("the warm-up did not build the extension: %+v", cold)
 	}
