@@ -188,15 +188,15 @@ func (r ninjaRelocation) log(b []byte, old, now map[string]string) ([]byte, erro
 		if len(f) != 5 {
 			return nil, fmt.Errorf("%w: log line %q", ErrNinjaFile, strings.TrimSpace(line))
 		}
+		// The output's path may stay (relative) while its command names
+		// the cache (an -I into it): rehash either way.
 		out2 := replacePrefix(f[3], r.from, r.to)
-		if out2 != f[3] {
-			if cmd, ok := old[f[3]]; ok && strconv.FormatUint(ninjaHash(cmd), 16) == f[4] {
-				if c, ok := now[out2]; ok {
-					f[4] = strconv.FormatUint(ninjaHash(c), 16)
-				}
+		if cmd, ok := old[f[3]]; ok && strconv.FormatUint(ninjaHash(cmd), 16) == f[4] {
+			if c, ok := now[out2]; ok {
+				f[4] = strconv.FormatUint(ninjaHash(c), 16)
 			}
-			f[3] = out2
 		}
+		f[3] = out2
 		out.WriteString(strings.Join(f, "\t"))
 		out.WriteByte('\n')
 	}

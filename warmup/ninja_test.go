@@ -288,9 +288,19 @@ func equalMaps(a, b map[string]int64) bool {
 // torch.utils.cpp_extension writes it (outputs relative to the build
 // directory, the source outside the cache) names no cache path: the
 // relocation leaves every file as it was, and the real ninja finds
-// nothing to do in the copy.
+// nothing to do in the copy. With an include directory inside the cache
+// (extra_include_paths), the commands change while the outputs' paths do
+// not: the log's hashes are recomputed all the same.
 func TestRelocateNinjaTorchExtension(t *testing.T) {
 	needNinja(t)
+	for _, inCache := range []bool{false, true} {
+		t.Run(map[bool]string{false: "outside", true: "include in the cache"}[inCache], func(t *testing.T) {
+			torchExtension(t, inCache)
+		})
+	}
+}
+
+func torchExtension(t *testing.T, includeInCache bool) {
 	p, err := Lookup("torch-extensions")
 	if err != nil {
 		t.Fatal(err)
@@ -302,10 +312,16 @@ func TestRelocateNinjaTorchExtension(t *testing.T) {
 	os.MkdirAll(build, 0o755)
 	os.MkdirAll(srcDir, 0o755)
 	writeText(t, filepath.Join(srcDir, "op.c"), "int op(int x) { return x + 1; }\n")
+	cflags := "-DTORCH_EXTENSION_NAME=kb_op -fPIC"
+	if includeInCache {
+		inc := filepath.Join(warm, "torch_extensions", "include")
+		os.MkdirAll(inc, 0o755)
+		cflags += " -I" + inc
+	}
 	writeText(t, filepath.Join(build, "build.ninja"), strings.Join([]string{
 		"ninja_required_version = 1.3",
 		"cxx = cc",
-		"cflags = -DTORCH_EXTENSION_NAME=kb_op -fPIC",
+		"cflags = " + cflags,
 		"post_cflags = ",
 		"ldflags = -shared",
 		"",
@@ -333,6 +349,13 @@ func TestRelocateNinjaTorchExtension(t *testing.T) {
 	}
 	if got := mtimes(t, dest); !equalMaps(got, before) {
 		t.Errorf("mtimes changed:\nbefore %v\nafter  %v", before, got)
+	}
+	for _, f := range []string{"build.ninja", ".ninja_log"} {
+		a, _ := os.ReadFile(filepath.Join(build, f))
+		b, _ := os.ReadFile(filepath.Join(dest, "torch_extensions", "kb_op", f))
+		if bytes.Equal(a, b) == includeInCache {
+			t.Errorf("%s rewritten: %v, want %v", f, !bytes.Equal(a, b), includeInCache)
+		}
 	}
 	if out := ninjaRun(t, filepath.Join(dest, "torch_extensions", "kb_op"), true); !strings.Contains(out, "no work to do") {
 		t.Errorf("ninja would rebuild the loaded extension:\n%s", out)
