@@ -86,6 +86,18 @@ var reuseRules = []ReuseRule{
 	{Key: bundle.MetaCuPy, Preset: "cupy", Compare: Exact,
 		Effect: "CuPy will recompile every kernel (its key holds a hash of CuPy's own headers)",
 		Source: "cupy/cuda/compiler.py, _get_cupy_cache_key()"},
+	{Key: bundle.MetaFlashInfer, Preset: "flashinfer", Compare: Exact,
+		Effect: "FlashInfer will build every module again (its version names the workspace directory)",
+		Source: "flashinfer/jit/env.py, _get_workspace_dir_name (FLASHINFER_CACHE_DIR/flashinfer_version/ARCHS)"},
+	{Key: bundle.MetaFlashInfer, Preset: "sglang", Compare: Exact,
+		Effect: "SGLang's FlashInfer modules will build again (FlashInfer's version names its workspace directory)",
+		Source: "flashinfer/jit/env.py, _get_workspace_dir_name"},
+	{Key: bundle.MetaTileLang, Preset: "tilelang", Compare: Exact,
+		Effect: "TileLang will compile every kernel again (its version names the cache namespace and is in every key)",
+		Source: "tilelang/cache/kernel_cache.py, KernelCache._get_cache_namespace and _get_base_key"},
+	{Key: bundle.MetaTileLang, Preset: "sglang", Compare: Exact,
+		Effect: "SGLang's TileLang kernels will compile again (TileLang's version is in every key)",
+		Source: "tilelang/cache/kernel_cache.py, KernelCache._get_base_key"},
 	{Key: bundle.MetaCXX, Preset: "inductor", Compare: Exact,
 		Effect: "Inductor will recompile its C++ kernels and miss their graphs (the compile command in its keys names the compiler; measured: CXX=c++ for g++ misses every graph)",
 		Source: "torch/_inductor/codecache.py, CppCodeCache (the command line); measured in test/jit"},
@@ -199,6 +211,8 @@ var nouns = map[string]string{
 	bundle.MetaNumbaCUDA: "numba-cuda", bundle.MetaJAX: "jax", bundle.MetaJAXLib: "jaxlib",
 	bundle.MetaTorch: "torch", bundle.MetaTorchCUDA: "torch built for CUDA", bundle.MetaTriton: "triton",
 	bundle.MetaPyOpenCL: "pyopencl", bundle.MetaCuPy: "cupy", bundle.MetaCXX: "C++ compiler",
+	bundle.MetaFlashInfer: "flashinfer", bundle.MetaDeepGEMM: "deep_gemm", bundle.MetaTileLang: "tilelang",
+	bundle.MetaVLLM: "vllm", bundle.MetaSGLang: "sglang",
 	bundle.MetaCXXVersion: "C++ compiler", bundle.MetaCUDARuntime: "CUDA runtime", bundle.MetaROCm: "ROCm",
 	bundle.MetaGPUModel: "GPU", bundle.MetaGPUCompute: "GPU compute capability", bundle.MetaGPUDriver: "GPU driver",
 	bundle.MetaCPUModel: "CPU", bundle.MetaCPUFlags: "CPU features",
@@ -432,7 +446,8 @@ func vecISA(flags string) string {
 // toolchainKeys are the toolchain keys, in the order they are probed.
 var toolchainKeys = []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaLLVMLite, bundle.MetaNumbaCUDA,
 	bundle.MetaJAX, bundle.MetaJAXLib, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaTriton,
-	bundle.MetaPyOpenCL, bundle.MetaCuPy, bundle.MetaCXX, bundle.MetaCXXVersion, bundle.MetaCUDARuntime, bundle.MetaROCm}
+	bundle.MetaPyOpenCL, bundle.MetaCuPy, bundle.MetaFlashInfer, bundle.MetaDeepGEMM, bundle.MetaTileLang, bundle.MetaVLLM,
+	bundle.MetaSGLang, bundle.MetaCXX, bundle.MetaCXXVersion, bundle.MetaCUDARuntime, bundle.MetaROCm}
 
 // recorded are the toolchain keys each preset records at warm-up: the
 // keys its rules compare and, for a person reading kbundle info, the
@@ -446,12 +461,14 @@ var recorded = map[string][]string{
 	"pyopencl":         {bundle.MetaPython, bundle.MetaPyOpenCL},
 	"cuda":             {bundle.MetaCUDARuntime},
 	"torch-extensions": {bundle.MetaPython, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaCXX, bundle.MetaCXXVersion},
-	"flashinfer":       {bundle.MetaPython, bundle.MetaTorch, bundle.MetaCUDARuntime},
-	"deepgemm":         {bundle.MetaPython, bundle.MetaTorch, bundle.MetaCUDARuntime},
-	"tilelang":         {bundle.MetaPython, bundle.MetaCUDARuntime, bundle.MetaROCm},
+	"flashinfer":       {bundle.MetaPython, bundle.MetaTorch, bundle.MetaFlashInfer, bundle.MetaCUDARuntime},
+	"deepgemm":         {bundle.MetaPython, bundle.MetaTorch, bundle.MetaDeepGEMM, bundle.MetaCUDARuntime},
+	"tilelang":         {bundle.MetaPython, bundle.MetaTileLang, bundle.MetaCUDARuntime, bundle.MetaROCm},
 	"miopen":           {bundle.MetaROCm},
-	"vllm":             {bundle.MetaPython, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaTriton, bundle.MetaCUDARuntime},
-	"sglang":           {bundle.MetaPython, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaTriton, bundle.MetaCUDARuntime},
+	"vllm": {bundle.MetaPython, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaTriton, bundle.MetaVLLM,
+		bundle.MetaDeepGEMM, bundle.MetaCUDARuntime},
+	"sglang": {bundle.MetaPython, bundle.MetaTorch, bundle.MetaTorchCUDA, bundle.MetaTriton, bundle.MetaSGLang,
+		bundle.MetaFlashInfer, bundle.MetaTileLang, bundle.MetaDeepGEMM, bundle.MetaCUDARuntime},
 }
 
 // ToolchainKeys are the toolchain keys to record for presets (and the
