@@ -103,6 +103,11 @@ const (
 	MetaTriton      = "toolchain.triton"       // triton's (or pytorch-triton's)
 	MetaPyOpenCL    = "toolchain.pyopencl"     // pyopencl's
 	MetaCuPy        = "toolchain.cupy"         // cupy's (any cupy-cudaXXx wheel)
+	MetaFlashInfer  = "toolchain.flashinfer"   // flashinfer's (flashinfer-python)
+	MetaDeepGEMM    = "toolchain.deep_gemm"    // deep_gemm's
+	MetaTileLang    = "toolchain.tilelang"     // tilelang's
+	MetaVLLM        = "toolchain.vllm"         // vllm's
+	MetaSGLang      = "toolchain.sglang"       // sglang's
 	MetaCXX         = "toolchain.cxx"          // the C++ compiler Inductor runs: $CXX, else g++
 	MetaCXXVersion  = "toolchain.cxx_version"  // the first line of its --version
 	MetaCUDARuntime = "toolchain.cuda_runtime" // CUDA runtime version, when present

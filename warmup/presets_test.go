@@ -104,8 +104,8 @@ func TestEnv(t *testing.T) {
 	}{
 		{"numba", []string{"NUMBA_CACHE_DIR=/d/numba"}},
 		{"tack", []string{"TACK_CACHE_DIR=/d/tack", "TACK_CACHE=write"}},
-		{"triton", []string{"TRITON_CACHE_DIR=/d/triton"}},
-		{"inductor", []string{"TORCHINDUCTOR_CACHE_DIR=/d/inductor", "TRITON_CACHE_DIR=/d/triton"}},
+		{"triton", []string{"TRITON_CACHE_DIR=/d/triton", "TRITON_CACHE_AUTOTUNING=1"}},
+		{"inductor", []string{"TORCHINDUCTOR_CACHE_DIR=/d/inductor", "TRITON_CACHE_DIR=/d/triton", "TRITON_CACHE_AUTOTUNING=1"}},
 		{"pocl", []string{"POCL_CACHE_DIR=/d/pocl", "POCL_KERNEL_CACHE=1"}},
 		{"pyopencl", []string{"XDG_CACHE_HOME=/d/xdg", "POCL_CACHE_DIR=/d/pocl", "POCL_KERNEL_CACHE=1"}},
 		{"jax", []string{"JAX_COMPILATION_CACHE_DIR=/d/jax", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1", "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none"}},
@@ -141,7 +141,7 @@ func TestEnvForDedupes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"TRITON_CACHE_DIR=/d/triton", "TORCHINDUCTOR_CACHE_DIR=/d/inductor"}
+	want := []string{"TRITON_CACHE_DIR=/d/triton", "TRITON_CACHE_AUTOTUNING=1", "TORCHINDUCTOR_CACHE_DIR=/d/inductor"}
 	if !slices.Equal(got, want) {
 		t.Errorf("EnvFor = %q, want %q", got, want)
 	}

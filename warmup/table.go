@@ -32,11 +32,15 @@ var table = []*Preset{
 			{Name: "TRITON_CACHE_DIR", Value: "triton", Dir: true,
 				Source: "triton-lang/triton python/triton/runtime/cache.py, FileCacheManager (default $TRITON_HOME/.triton/cache)",
 				Doc:    "directory of Triton's file cache manager (compiled kernels and __grp__*.json groups)"},
+			{Name: "TRITON_CACHE_AUTOTUNING", Value: "1",
+				Source: "triton-lang/triton python/triton/knobs.py, autotuning.cache (env TRITON_CACHE_AUTOTUNING); python/triton/runtime/autotuner.py, Autotuner.check_disk_cache",
+				Doc:    "keep @triton.autotune results in the cache (a JSON file per tuning key), so the job does not benchmark every config again"},
 		},
 		Misses: []string{
 			"__grp__*.json group files store absolute paths of the kernel files: after a move they point at the old root (kbundle rewrites them, see Relocate)",
 			"GPU architecture (compute capability), Triton version (with a hash of its sources), backend and ptxas version are part of the key; the driver is not",
 			"kernel source text and constexpr/specialization arguments are part of the key",
+			"autotune results are keyed on the tuning key, the configs and the kernel's source; configs with a pre_hook never use the disk cache",
 		},
 		relocate: relocateTriton,
 	},
@@ -196,6 +200,132 @@ var table = []*Preset{
 		Notes: []string{
 			"the depot also holds packages and registries: a depot warmed here is self-contained",
 		},
+	},
+	{
+		Name:      "torch-extensions",
+		Aliases:   []string{"torch_extensions", "cpp-extensions", "cpp_extension"},
+		Framework: "PyTorch C++/CUDA extensions (torch.utils.cpp_extension.load)",
+		Subdir:    "torch_extensions",
+		Vars: []Var{
+			{Name: "TORCH_EXTENSIONS_DIR", Value: "torch_extensions", Dir: true,
+				Source: "pytorch/pytorch torch/utils/cpp_extension.py, _get_build_directory (default user_cache_dir(\"torch_extensions\")/pyXY_cuXYZ)",
+				Doc:    "root of the extensions' build directories: DIR/torch_extensions/NAME holds build.ninja, the objects, NAME.so and ninja's .ninja_log/.ninja_deps"},
+		},
+		Misses: []string{
+			"ninja decides: an object older than any of its inputs is rebuilt, and the inputs are the extension's sources, named by absolute path, and every header .ninja_deps lists (torch's, under site-packages): keep the sources and the Python environment at the same paths with the same mtimes between warm-up and job (no reinstall)",
+			"the compile and link commands are hashed into .ninja_log: another compiler ($CXX), other flags, include paths, Python or TORCH_CUDA_ARCH_LIST rebuild",
+			"with TORCH_EXTENSIONS_DIR set torch adds no pyXY_cuXYZ level: one DIR holds one build per extension name",
+		},
+		Notes: []string{
+			"a load keeps every file's mtime to the nanosecond, which is what ninja compares; build.ninja, .ninja_log and .ninja_deps are relocated where they name the warm-up directory",
+		},
+		relocate: relocateNinja("torch_extensions"),
+	},
+	{
+		Name:      "flashinfer",
+		Framework: "FlashInfer JIT (ninja-built modules)",
+		Subdir:    "flashinfer",
+		Vars: []Var{
+			{Name: "FLASHINFER_WORKSPACE_BASE", Value: "flashinfer", Dir: true,
+				Source: "flashinfer-ai/flashinfer flashinfer/jit/env.py, FLASHINFER_BASE_DIR (default the home directory) and _get_workspace_dir_name",
+				Doc:    "base of FlashInfer's cache: DIR/flashinfer/.cache/flashinfer/VERSION/ARCHS/cached_ops/NAME (build.ninja, objects, NAME.so) and generated/"},
+		},
+		Misses: []string{
+			"the FlashInfer version and the sorted list of target CUDA architectures name two directory levels: another version or architecture list compiles in a new directory",
+			"build.ninja names every output by absolute path under the cache and cuda_home as an absolute path (flashinfer/jit/cpp_ext.py, generate_ninja_build_for_op): kbundle relocates build.ninja, .ninja_log and .ninja_deps; CUDA_HOME (or the nvcc found on PATH) must be the same path",
+			"ninja compares mtimes: the sources under site-packages (flashinfer/data/csrc, include) must keep their mtimes: a reinstall of the same version rebuilds every module",
+		},
+		Notes: []string{
+			"FlashInfer reads FLASHINFER_WORKSPACE_BASE when it is imported: set it before import flashinfer",
+		},
+		relocate: relocateNinja("flashinfer"),
+	},
+	{
+		Name:      "deepgemm",
+		Aliases:   []string{"deep_gemm", "deep-gemm"},
+		Framework: "DeepGEMM JIT",
+		Subdir:    "deep_gemm",
+		Vars: []Var{
+			{Name: "DG_JIT_CACHE_DIR", Value: "deep_gemm", Dir: true,
+				Source: "deepseek-ai/DeepGEMM csrc/jit/compiler.hpp, Compiler::Compiler (default $HOME/.deep_gemm)",
+				Doc:    "DeepGEMM's kernel cache: DIR/deep_gemm/cache/kernel.NAME.HASH/{kernel.cu,kernel.cubin}"},
+		},
+		Misses: []string{
+			"the directory name is a hash of the kernel's name, the compiler's signature (NVCC or NVRTC major.minor), the flags and the code; the flags hold -I with the absolute path of deep_gemm's include directory (in site-packages) and, with NVRTC, of CUDA_HOME/include, and --gpu-architecture=sm_XX: install deep_gemm at the same absolute path and use the same CUDA_HOME in warm-up and job (kbundle cannot rewrite a hash)",
+		},
+		Notes: []string{
+			"vLLM and SGLang point DG_JIT_CACHE_DIR into their own roots when it is unset: with their presets this one is not needed",
+		},
+	},
+	{
+		Name:      "tilelang",
+		Framework: "TileLang",
+		Subdir:    "tilelang",
+		Vars: []Var{
+			{Name: "TILELANG_CACHE_DIR", Value: "tilelang", Dir: true,
+				Source: "tile-ai/tilelang tilelang/env.py, Environment.TILELANG_CACHE_DIR (default ~/.tilelang/cache)",
+				Doc:    "TileLang's kernel cache: DIR/tilelang/VERSION/PLATFORM-MACHINE/kernels/KEY/ (kernel sources, kernel_lib.so, params.pkl)"},
+		},
+		Misses: []string{
+			"the TileLang version names a directory level; the key (a SHA-256) holds the kernel's TIR script, its arguments, the target (the GPU architecture), pass configs and compile flags: entries are path-independent",
+		},
+	},
+	{
+		Name:      "miopen",
+		Framework: "MIOpen (ROCm)",
+		Subdir:    "miopen",
+		Vars: []Var{
+			{Name: "MIOPEN_USER_DB_PATH", Value: "miopen/db", Dir: true,
+				Source: "ROCm/MIOpen src/db_path.cpp.in, PrepareUserDbPath (default ~/.config/miopen; a network file system falls back to the temporary directory)",
+				Doc:    "user find-db and perf-db (ARCH+CUs.HIP.X_Y_Z.ufdb.txt, .udb)"},
+			{Name: "MIOPEN_CUSTOM_CACHE_DIR", Value: "miopen/cache", Dir: true,
+				Source: "ROCm/MIOpen src/binary_cache.cpp, ComputeUserCachePath (default ~/.cache/miopen/VERSION)",
+				Doc:    "compiled-kernel cache: one SQLite database per GPU, ARCH_CUs.ukdb (table kern_db)"},
+		},
+		Misses: []string{
+			"the GPU architecture and its compute-unit count name every database file (Handle::GetDbBasename): another GPU model starts empty databases",
+			"the MIOpen version is in the find-db's name (MIOPEN_USER_DB_SUFFIX) and in the default cache path",
+		},
+		Notes: []string{
+			"one SQLite file holds every kernel and every node writes it in place: a harvest keeps one node's copy of each database file, so records the other nodes added are lost (record-level merge is not done yet)",
+		},
+	},
+	{
+		Name:      "vllm",
+		Framework: "vLLM (VLLM_CACHE_ROOT umbrella)",
+		Subdir:    "vllm",
+		Vars: []Var{
+			{Name: "VLLM_CACHE_ROOT", Value: "vllm", Dir: true,
+				Source: "vllm-project/vllm vllm/envs.py, VLLM_CACHE_ROOT (default $XDG_CACHE_HOME/vllm, else ~/.cache/vllm)",
+				Doc:    "vLLM's root: torch_compile_cache/HASH/rank_R_D/ (with inductor_cache/ and triton_cache/), torch_aot_compile/HASH/rank_R_D/, deep_gemm/"},
+		},
+		Misses: []string{
+			"HASH covers vLLM's configuration, PyTorch's compile configuration and the model's forward code: another model, dtype, max length or parallel configuration compiles in a new HASH directory",
+			"each rank compiles into its own rank_R_D (tensor-parallel rank R, data-parallel rank D): a job with another tensor-parallel size has another HASH and compiles; a load keeps every rank's directory, whatever node it lands on",
+			"Inductor's and Triton's keys inside (torch, Triton, GPU model); Triton's group files in triton_cache/ and the artifact handles in each vllm_compile_cache.py hold absolute paths (kbundle relocates them)",
+		},
+		Notes: []string{
+			"vLLM sets TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR itself, under rank_R_D: do not combine with the inductor preset for a vLLM job",
+		},
+		relocate: relocateAll(relocateTriton, relocateHandles("vllm")),
+	},
+	{
+		Name:      "sglang",
+		Framework: "SGLang (SGLANG_CACHE_DIR umbrella)",
+		Subdir:    "sglang",
+		Vars: []Var{
+			{Name: "SGLANG_CACHE_DIR", Value: "sglang", Dir: true,
+				Source: "sgl-project/sglang python/sglang/srt/environ.py, third_party_cache_defaults and redirect_third_party_caches (default ~/.cache/sglang)",
+				Doc:    "SGLang's root: triton/, inductor/, nv/ (CUDA_CACHE_PATH), tilelang/, .cache/flashinfer/ (FLASHINFER_WORKSPACE_BASE), deep_gemm/, torch_compile_cache/HASH/rank_0_0/"},
+		},
+		Misses: []string{
+			"SGLang only sets the sub-caches' variables that are unset (os.environ.setdefault): a TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR, CUDA_CACHE_PATH, TILELANG_CACHE_DIR or FLASHINFER_WORKSPACE_BASE already in the environment takes that cache out of DIR",
+			"each sub-cache misses as its own preset says (Triton, Inductor, FlashInfer, DeepGEMM, TileLang, the CUDA driver): Triton's group files and FlashInfer's build.ninja are relocated",
+		},
+		Notes: []string{
+			"FlashInfer must not be imported before sglang redirects the caches: it reads its workspace at import",
+		},
+		relocate: relocateAll(relocateTriton, relocateNinja("sglang"), relocateHandles("sglang")),
 	},
 }
 

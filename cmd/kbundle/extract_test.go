@@ -46,7 +46,7 @@ func TestExtractUnknownRecordedPreset(t *testing.T) {
 	if code := run([]string{"kbundle", "extract", "-q", "--preset", "triton", "--replace-presets", b, dest}, &out, &errOut); code != 0 {
 		t.Fatalf("with --preset: exit %d; stderr:\n%s", code, &errOut)
 	}
-	if want := "export TRITON_CACHE_DIR=" + filepath.Join(dest, "triton") + "\n"; out.String() != want {
+	if want := "export TRITON_CACHE_DIR=" + filepath.Join(dest, "triton") + "\nexport TRITON_CACHE_AUTOTUNING=1\n"; out.String() != want {
 		t.Errorf("stdout %q, want %q", &out, want)
 	}
 }

@@ -201,7 +201,7 @@ func TestRun(t *testing.T) {
 			if r.Dest != want || r.Entries == 0 || r.Ranks != len(c.nodes) || r.Bundle != file {
 				t.Errorf("result %+v", r)
 			}
-			if c.presets == "triton" && (len(r.Env) != 1 || r.Env[0] != "TRITON_CACHE_DIR="+want+"/triton") ||
+			if c.presets == "triton" && (len(r.Env) != 2 || r.Env[0] != "TRITON_CACHE_DIR="+want+"/triton" || r.Env[1] != "TRITON_CACHE_AUTOTUNING=1") ||
 				c.presets == "" && len(r.Env) != 0 {
 				t.Errorf("env %q", r.Env)
 			}

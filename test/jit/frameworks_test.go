@@ -3,7 +3,9 @@ package jit
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -312,5 +314,75 @@ sys.stdout.write("%d %d %d %s\n" % (c.Get_rank(), c.Get_size(), c.allreduce(c.Ge
 				}
 			})
 		}
+	}
+}
+
+type extensionResult struct {
+	Rank        int       `json:"rank"`
+	Result      []float64 `json:"result"`
+	BuildDir    string    `json:"build_dir"`
+	SO          string    `json:"so"`
+	SOMtimeNS   int64     `json:"so_mtime_ns"`
+	ModuleFile  string    `json:"module_file"`
+	RanCommands []string  `json:"ran_commands"`
+	NoWork      bool      `json:"no_work"`
+}
+
+func (r extensionResult) rank() int { return r.Rank }
+
+// TestTorchExtension: a real C++ extension built by
+// torch.utils.cpp_extension.load (ninja, g++) is warmed with --preset
+// torch-extensions (--check: reused), packed, loaded to another path under Open MPI and
+// MPICH, and imported by new processes: the op gives the same result,
+// ninja has nothing to do (torch's verbose output: no command run, "no
+// work to do"), the .so keeps its mtime to the nanosecond and nothing in
+// the loaded copy is written. The warm-up directory is removed first.
+func TestTorchExtension(t *testing.T) {
+	py := venvPython(t, "torch")
+	for _, tool := range []string{"ninja", "g++"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("torch.utils.cpp_extension needs %s on PATH: %v", tool, err)
+		}
+	}
+	script := workload(t, "torch_extension_kernels.py")
+	bundlePath := filepath.Join(t.TempDir(), "ext.kbundle")
+	_, cacheDir, out, stderr := warmArgs(t, "torch-extensions", []string{"--check", "-o", bundlePath}, py, script)
+	res := jsonLines[extensionResult](t, out)
+	if len(res) != 2 {
+		t.Fatalf("want the warm-up's and the check's result lines, got %+v", res)
+	}
+	cold, again := res[0], res[1]
+	if len(again.RanCommands) > 0 || !again.NoWork || !strings.Contains(stderr, "kbundle: check: reused") {
+		t.Errorf("warm --check: ninja ran %q (no work to do: %v)\n%s", again.RanCommands, again.NoWork, stderr)
+	}
+	if len(cold.RanCommands) == 0 || cold.NoWork {
+		t.Fatalf("the warm-up did not build the extension: %+v", cold)
+	}
+	want := []float64{1, 3, 5, 7}
+	if !slices.Equal(cold.Result, want) {
+		t.Fatalf("op result %v, want %v", cold.Result, want)
+	}
+	if err := os.RemoveAll(cacheDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range testutil.MPIVariants {
+		t.Run(fmt.Sprintf("%s/np2", v), func(t *testing.T) {
+			res, _, dest, wrote := runLoaded[extensionResult](t, v, 2, bundlePath, "torch-extensions", py, script)
+			for _, r := range res {
+				if !slices.Equal(r.Result, want) {
+					t.Errorf("rank %d: op result %v, want %v", r.Rank, r.Result, want)
+				}
+				if len(r.RanCommands) > 0 || !r.NoWork {
+					t.Errorf("rank %d: ninja rebuilt (%q, no work to do: %v)", r.Rank, r.RanCommands, r.NoWork)
+				}
+				if !strings.HasPrefix(r.SO, dest) || !strings.HasPrefix(r.ModuleFile, dest) {
+					t.Errorf("rank %d imported %s (%s), not the loaded copy under %s", r.Rank, r.ModuleFile, r.SO, dest)
+				}
+				if r.SOMtimeNS != cold.SOMtimeNS {
+					t.Errorf("rank %d: the .so's mtime is %d, warmed %d", r.Rank, r.SOMtimeNS, cold.SOMtimeNS)
+				}
+			}
+			checkUnwritten(t, wrote)
+		})
 	}
 }

@@ -106,7 +106,7 @@ func TestLoadPrintEnv(t *testing.T) {
 	kb := testutil.Kbundle(t, v)
 	dest := filepath.Join(t.TempDir(), "dest")
 	stdout, stderr, code := testutil.RunMPI(t, v, 2, nil, kb, "load", "--bundle", file, "--to", dest, "--preset", "triton", "--print-env")
-	if code != 0 || stdout != "export TRITON_CACHE_DIR="+dest+"/triton\n" {
+	if code != 0 || stdout != "export TRITON_CACHE_DIR="+dest+"/triton\nexport TRITON_CACHE_AUTOTUNING=1\n" {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

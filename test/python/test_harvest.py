@@ -39,7 +39,7 @@ BUNDLE = Path(os.environ["KBUNDLE_PYTEST_BUNDLE"])
 WORK = Path(os.environ["KBUNDLE_PYTEST_WORK"])
 
 TOUCHED = ("KBUNDLE_BUNDLE", "KBUNDLE_CACHE_DIR", "KBUNDLE_LOCAL_DIR", "KBUNDLE_TEST_RANKS_PER_NODE", "TMPDIR",
-           "TRITON_CACHE_DIR", "KBUNDLE_TIMEOUT")
+           "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "KBUNDLE_TIMEOUT")
 
 #: What the last rank's node compiles after the load.
 NEW = "numba/new.nbi"

@@ -46,7 +46,7 @@ VARIANT = os.environ["KBUNDLE_PYTEST_VARIANT"]
 
 # Variables a test may change; restored after each.
 TOUCHED = ("KBUNDLE_CACHE_DIR", "KBUNDLE_LOCAL_DIR", "KBUNDLE_TEST_RANKS_PER_NODE", "TMPDIR",
-           "TRITON_CACHE_DIR", "KBUNDLE_TIMEOUT")
+           "TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "KBUNDLE_TIMEOUT")
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +126,7 @@ def test_success() -> None:
     assert 0 <= res.bcast_seconds <= res.seconds and 0 < res.extract_seconds <= res.seconds
     # The preset recorded at pack time is applied; its variable is set here.
     assert res.presets == ("triton",)
-    assert dict(res.env) == {"TRITON_CACHE_DIR": f"{dest}/triton"}
+    assert dict(res.env) == {"TRITON_CACHE_DIR": f"{dest}/triton", "TRITON_CACHE_AUTOTUNING": "1"}
     assert os.environ["TRITON_CACHE_DIR"] == f"{dest}/triton"
     assert on_all(res.leader).count(True) == 1
     same_on_all((res.dest, res.entries, res.bytes, res.presets, dict(res.env), res.extract_seconds))

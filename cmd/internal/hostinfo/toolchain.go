@@ -34,6 +34,11 @@ var distributions = map[string][]string{
 	bundle.MetaTriton:      {"triton", "pytorch-triton", "pytorch-triton-rocm", "triton-rocm"},
 	bundle.MetaPyOpenCL:    {"pyopencl"},
 	bundle.MetaCuPy:        {"cupy", "cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy-rocm-6-0", "cupy-rocm-5-0"},
+	bundle.MetaFlashInfer:  {"flashinfer-python", "flashinfer"},
+	bundle.MetaDeepGEMM:    {"deep-gemm", "deep_gemm"},
+	bundle.MetaTileLang:    {"tilelang"},
+	bundle.MetaVLLM:        {"vllm"},
+	bundle.MetaSGLang:      {"sglang"},
 	bundle.MetaCUDARuntime: {"nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime"},
 }
 
