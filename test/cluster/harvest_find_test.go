@@ -61,11 +61,8 @@ func TestHarvestFindsDest(t *testing.T) {
 				t.Fatalf("harvest with neither --bundle nor --to: %s", r)
 			}
 			lines := c.harvestLines(t, r.stderr)
-			for i, n := range c.nodes {
-				from := setA
-				if i == 0 {
-					from = "any set" // rank 0 looks first, for the set
-				}
+			for _, n := range c.nodes {
+				from := setA // rank 0 looked first, for the set, and names it too
 				if text := lines[n]; !strings.HasPrefix(text, "compiled 1 entry ") || !strings.Contains(text, "; DEST "+trees[n]+": the newest tree loaded from "+from+" here") {
 					t.Errorf("%s: %q; want 1 entry compiled in %s, found as the newest tree of %s", n, text, trees[n], from)
 				}
