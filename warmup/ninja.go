@@ -54,23 +54,9 @@ func relocateAll(fns ...func(dir, dest, origin string) error) func(dir, dest, or
 // rewrites nothing.
 func relocateNinja(subdir string) func(dir, dest, origin string) error {
 	return func(dir, dest, origin string) error {
-		if origin == "" {
-			return nil
-		}
-		dir, err := filepath.Abs(dir)
-		if err != nil {
+		root, dest, origin, err := relocationRoot(dir, dest, origin, subdir)
+		if root == "" || err != nil {
 			return err
-		}
-		if dest, err = filepath.Abs(dest); err != nil {
-			return err
-		}
-		origin = filepath.Clean(origin)
-		if origin == dest {
-			return nil
-		}
-		root := filepath.Join(dir, filepath.FromSlash(subdir))
-		if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
-			return nil
 		}
 		r := ninjaRelocation{from: origin, to: dest}
 		var logs, deps []string
@@ -600,23 +586,9 @@ func shellJoin(ps []string) string {
 // rewritten to the same place under dest, keeping the file's mtime.
 func relocateHandles(subdir string) func(dir, dest, origin string) error {
 	return func(dir, dest, origin string) error {
-		if origin == "" {
-			return nil
-		}
-		dir, err := filepath.Abs(dir)
-		if err != nil {
+		root, dest, origin, err := relocationRoot(dir, dest, origin, subdir)
+		if root == "" || err != nil {
 			return err
-		}
-		if dest, err = filepath.Abs(dest); err != nil {
-			return err
-		}
-		origin = filepath.Clean(origin)
-		if origin == dest {
-			return nil
-		}
-		root := filepath.Join(dir, filepath.FromSlash(subdir))
-		if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
-			return nil
 		}
 		return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || !d.Type().IsRegular() || d.Name() != "vllm_compile_cache.py" {
@@ -631,4 +603,29 @@ func relocateHandles(subdir string) func(dir, dest, origin string) error {
 			})
 		})
 	}
+}
+
+// relocationRoot is where a relocation of subdir of dir (installed at
+// dest, packed at origin) works: root, "" when there is nothing to do
+// (no origin recorded, the same place, no such subdir), with dest made
+// absolute and origin cleaned.
+func relocationRoot(dir, dest, origin, subdir string) (root, absDest, cleanOrigin string, err error) {
+	if origin == "" {
+		return "", "", "", nil
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return "", "", "", err
+	}
+	if dest, err = filepath.Abs(dest); err != nil {
+		return "", "", "", err
+	}
+	origin = filepath.Clean(origin)
+	if origin == dest {
+		return "", "", "", nil
+	}
+	root = filepath.Join(dir, filepath.FromSlash(subdir))
+	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
+		return "", "", "", nil
+	}
+	return root, dest, origin, nil
 }
