@@ -91,6 +91,14 @@ def layers(set_: Path) -> List[Path]:
     return sorted(set_.parent.glob(set_.name + ".d/*.kbundle"))
 
 
+def wrote_one_layer(res: HarvestResult, set_: Path) -> None:
+    """Checks that res wrote NEW as the one layer of set_, the same on
+    every rank."""
+    assert res and res.files == 1 and res.bundle == str(set_)
+    assert res.layer is not None and [Path(res.layer)] == layers(set_)
+    same_on_all(res)
+
+
 def load_and_compile(set_: Path, dest: Path, body: bytes = BODY) -> None:
     """Loads set_ on SIZE fake nodes (DEST.node<rank>), then the last
     rank's node compiles NEW (body)."""
@@ -202,9 +210,7 @@ def test_defaults_from_environment() -> None:
         (Path(loaded.dest) / NEW).write_bytes(BODY)
     COMM.Barrier()
     res = harvest(COMM)
-    assert res and res.files == 1 and res.bundle == str(d / "cache.kbundle")
-    assert res.layer is not None and [Path(res.layer)] == layers(d / "cache.kbundle")
-    same_on_all(res)
+    wrote_one_layer(res, d / "cache.kbundle")
 
 
 def test_reuses_the_load() -> None:
@@ -213,9 +219,7 @@ def test_reuses_the_load() -> None:
     d = store("reuse")
     load_and_compile(d / "cache.kbundle", WORK / f"dest-reuse-np{SIZE}")
     res = harvest(COMM)
-    assert res and res.files == 1 and res.bundle == str(d / "cache.kbundle")
-    assert res.layer is not None and [Path(res.layer)] == layers(d / "cache.kbundle")
-    same_on_all(res)
+    wrote_one_layer(res, d / "cache.kbundle")
 
 
 def test_max_size_prunes() -> None:
