@@ -109,6 +109,9 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 				units[u] = true
 				sum.Files++
 				sum.Bytes += f.Size
+				if f.Kept {
+					sum.Kept++
+				}
 			}
 		}
 		sum.Nodes = append(sum.Nodes, nr)

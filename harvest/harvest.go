@@ -131,17 +131,20 @@ type NodeReport struct {
 
 // Summary is Run's outcome, the same on every rank.
 type Summary struct {
-	Nodes   []NodeReport `json:"nodes"`
-	Units   int          `json:"units"`   // cache units written
-	Files   int          `json:"files"`   // files written
-	Bytes   int64        `json:"bytes"`   // their size
-	Layer   string       `json:"layer"`   // the published bundle ("": none)
-	Base    bool         `json:"base"`    // it became the set's base
-	Digest  string       `json:"digest"`  // its whole-file digest
-	Content string       `json:"content"` // its content digest
-	Packed  int64        `json:"packed_bytes"`
-	DryRun  bool         `json:"dry_run,omitempty"`
-	Set     string       `json:"set"` // the set harvested into: rank 0's Plan.Bundle
+	Nodes []NodeReport `json:"nodes"`
+	Units int          `json:"units"` // cache units written
+	Files int          `json:"files"` // files written
+	// Kept counts those of them unchanged since the install, written
+	// with their unit (a unit goes whole).
+	Kept    int    `json:"kept_files,omitempty"`
+	Bytes   int64  `json:"bytes"`   // their size
+	Layer   string `json:"layer"`   // the published bundle ("": none)
+	Base    bool   `json:"base"`    // it became the set's base
+	Digest  string `json:"digest"`  // its whole-file digest
+	Content string `json:"content"` // its content digest
+	Packed  int64  `json:"packed_bytes"`
+	DryRun  bool   `json:"dry_run,omitempty"`
+	Set     string `json:"set"` // the set harvested into: rank 0's Plan.Bundle
 	// UnitsUsed counts the cache units the job read, on any node, and
 	// UsageUnknown names the hosts that could not tell (noatime).
 	UnitsUsed    int      `json:"units_used"`
@@ -149,6 +152,9 @@ type Summary struct {
 	// UseRecord is where their last use was recorded ("": nothing to
 	// record, or a dry run).
 	UseRecord string `json:"use_record,omitempty"`
+	// UsesRecorded counts the units read whose last use the set's use
+	// records already held to within a day: not recorded again.
+	UsesRecorded int `json:"uses_recorded,omitempty"`
 	// With Plan.MaxSize: SetBytes is the set's merged view's raw size
 	// (after pruning), Prune what pruning dropped (or would drop, in a
 	// dry run) and Folded the layers its merge folded; PruneNote why a

@@ -97,6 +97,19 @@ func TestHarvestRecordsUse(t *testing.T) {
 	if u2, _ := bundle.ReadUses(set, nil); len(u2.Records) != 1 {
 		t.Errorf("dry run wrote a use record: %q", u2.Records)
 	}
+	// The next job read a again and c for the first time: only c's use
+	// is recorded; a job that read only a records nothing (U51).
+	s = runPlan(t, set, dest, 2, 1, func(*Plan) {})
+	if u3, _ := bundle.ReadUses(set, nil); s.UseRecord == "" || s.UsesRecorded != 2 || len(u3.Records) != 2 || len(u3.Units) != 3 {
+		t.Errorf("again: record %q, already recorded %d, records %q, units %v", s.UseRecord, s.UsesRecorded, u3.Records, u3.Units)
+	}
+	read(t, dest+".node1/numba/a-1.py312.1.nbc")
+	if s = runPlan(t, set, dest, 2, 1, func(*Plan) {}); s.UseRecord != "" || s.UsesRecorded != 3 {
+		t.Errorf("a job that read recorded units: record %q, already recorded %d", s.UseRecord, s.UsesRecorded)
+	}
+	if u4, _ := bundle.ReadUses(set, nil); len(u4.Records) != 2 {
+		t.Errorf("records %q, want no third", u4.Records)
+	}
 }
 
 func atime(t *testing.T, p string) time.Time {

@@ -106,12 +106,16 @@ func settle(ctx context.Context, plan Plan, sum *Summary, lists []*list, choice 
 		}
 		return
 	}
-	p, err := bundle.WriteUseRecord(ctx, plan.Bundle, &bundle.UseRecord{By: "harvest", Job: plan.Job, Host: plan.Host, Units: uses})
-	if err != nil {
-		sum.PruneNote = fmt.Sprintf("the use of %d cache units was not recorded: %v", len(uses), err)
-		return
+	fresh := newUses(plan, uses)
+	sum.UsesRecorded = len(uses) - len(fresh)
+	if len(fresh) > 0 {
+		p, err := bundle.WriteUseRecord(ctx, plan.Bundle, &bundle.UseRecord{By: "harvest", Job: plan.Job, Host: plan.Host, Units: fresh})
+		if err != nil {
+			sum.PruneNote = fmt.Sprintf("the use of %d cache units was not recorded: %v (a job script that may not write the set: KBUNDLE_HARVEST=0)", len(fresh), err)
+			return
+		}
+		sum.UseRecord = p
 	}
-	sum.UseRecord = p
 	if plan.MaxSize <= 0 {
 		return
 	}
@@ -194,4 +198,31 @@ func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[s
 		return
 	}
 	sum.Prune = p
+}
+
+// useGrain is how close a unit's recorded last use must be to this job's
+// for the job to record none of its own: pruning goes by the day, and a
+// use record a job (even one that compiled nothing) filled PATH.d with
+// files until the next merge (U51).
+const useGrain = 24 * time.Hour
+
+// newUses are the units of uses whose last use the set's use records do
+// not hold yet to within useGrain: those this harvest records. Records
+// that cannot be read count as none.
+func newUses(plan Plan, uses map[string]bundle.Use) map[string]bundle.Use {
+	if len(uses) == 0 {
+		return uses
+	}
+	known, err := bundle.ReadUses(plan.Bundle, plan.Trust)
+	if err != nil || known == nil {
+		return uses
+	}
+	out := map[string]bundle.Use{}
+	for u, use := range uses {
+		if old, ok := known.Units[u]; ok && !old.Written && old.Unknown == use.Unknown && use.Time.Sub(old.Time) < useGrain {
+			continue
+		}
+		out[u] = use
+	}
+	return out
 }

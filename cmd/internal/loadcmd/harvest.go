@@ -258,14 +258,25 @@ func HarvestReport(s *harvest.Summary) []string {
 		if s.Base {
 			what = "the set's first bundle"
 		}
-		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), harvest.Size(s.Bytes)))
+		whole := ""
+		if s.Kept > 0 {
+			// More files than the nodes' lines counted (U43): a unit goes
+			// whole, with its unchanged files.
+			whole = fmt.Sprintf("; %d unchanged, as each cache unit goes whole", s.Kept)
+		}
+		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s%s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), harvest.Size(s.Bytes), whole))
 	}
 	if s.Untrusted != "" {
 		lines = append(lines, "warning: kbundle load will refuse this set (exit 3): "+s.Untrusted)
 	}
 	lines = append(lines, harvest.PruneReport(s)...)
-	if s.UseRecord != "" {
+	switch {
+	case s.UseRecord != "" && s.UsesRecorded > 0:
+		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s (%d more had a use recorded within a day)", plural(s.UnitsUsed-s.UsesRecorded, "cache unit"), s.UseRecord, s.UsesRecorded))
+	case s.UseRecord != "":
 		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", plural(s.UnitsUsed, "cache unit"), s.UseRecord))
+	case s.UsesRecorded > 0:
+		lines = append(lines, fmt.Sprintf("the use of the %s the job read was recorded within a day already: no use record written", plural(s.UsesRecorded, "cache unit")))
 	}
 	return lines
 }

@@ -106,6 +106,10 @@ func TestHarvestReport(t *testing.T) {
 			"wrote a new layer, /s/set.kbundle.d/000001-ab.kbundle: 3 files (2 cache units, 3.0 MiB)"},
 		{harvest.Summary{Set: "/s/set.kbundle", Layer: "/s/set.kbundle", Base: true, Files: 1, Units: 1, Bytes: 1 << 19},
 			"wrote the set's first bundle, /s/set.kbundle: 1 file (1 cache unit, 512.0 KiB)"},
+		// More files than the nodes compiled: the unchanged files of their
+		// units, said (U43).
+		{harvest.Summary{Set: "/s/set.kbundle", Layer: "/s/set.kbundle.d/000001-ab.kbundle", Files: 3, Kept: 1, Units: 2, Bytes: 3 << 20},
+			"wrote a new layer, /s/set.kbundle.d/000001-ab.kbundle: 3 files (2 cache units, 3.0 MiB; 1 unchanged, as each cache unit goes whole)"},
 	} {
 		c.sum.Nodes = nodes
 		got := HarvestReport(&c.sum)
