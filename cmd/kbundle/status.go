@@ -67,7 +67,7 @@ func statusAction(c *cli.Context) error {
 	d, err := loadcmd.ResolveTimeout(given, loadcmd.CLI, os.Getenv)
 	if det, derr := detect.FromEnviron(); derr == nil && det.MPI && det.Size > 1 {
 		if err != nil {
-			return (&loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}).fail(err.Error(), exitUsage)
+			return newLoader(c, det).fail(err.Error(), exitUsage)
 		}
 		return statusNodes(c, det, dests, d)
 	}

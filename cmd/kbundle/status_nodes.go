@@ -32,7 +32,7 @@ type statusNodesJSON struct {
 // whose lines are identical merged in hostlist form. Every rank exits
 // with the same status.
 func statusNodes(c *cli.Context, det detect.Result, dests []string, d time.Duration) (err error) {
-	l := &loader{c: c, rank: max(det.Rank, 0), speaker: det.Rank <= 0}
+	l := newLoader(c, det) // rank 0 speaks, and alone reports a signal (U46)
 	if !mpi.Enabled {
 		return l.fail(fmt.Sprintf("this kbundle was built without MPI, and the launcher started %d tasks: status under a launcher runs once per node "+
 			"and needs the MPI build (or run it without the launcher, on each node)", det.Size), exitUsage)
