@@ -1096,6 +1096,32 @@ func (s *OpenedSet) StageOptions(opt ExtractOptions) *ExtractOptions {
 	return &opt
 }
 
+// HoldsLayers reports whether the directory dest is the layer folder of
+// the set at path (LayerDir), lies below it, or holds it: a tree there
+// would hold the set's layers, which a harvest writes and a load's
+// --force would delete with the tree. Paths are compared made absolute,
+// with symlinks resolved as far as they exist.
+func HoldsLayers(dest, path string) bool {
+	d, l := resolved(dest), resolved(LayerDir(path))
+	return d == l || strings.HasPrefix(d, l+string(filepath.Separator)) || strings.HasPrefix(l, strings.TrimSuffix(d, string(filepath.Separator))+string(filepath.Separator))
+}
+
+// resolved is p absolute, with symlinks resolved in its longest existing
+// leading part.
+func resolved(p string) string {
+	p, _ = filepath.Abs(p)
+	rest := ""
+	for q := p; ; q = filepath.Dir(q) {
+		if r, err := filepath.EvalSymlinks(q); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if q == filepath.Dir(q) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(q), rest)
+	}
+}
+
 // EmptySet is the set of no entries, as `load --allow-missing` installs
 // it where no set exists at path yet: one bundle in memory, named path,
 // with no origin.

@@ -442,3 +442,29 @@ func TestVerifyWritten(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldsLayers: a DEST that is a set's layer folder, lies below it, or
+// holds it (S9's remainder), through a symlink too; siblings do not.
+func TestHoldsLayers(t *testing.T) {
+	dir := t.TempDir()
+	set := filepath.Join(dir, "s", "cache.kbundle")
+	os.MkdirAll(filepath.Join(dir, "s", "cache.kbundle.d"), 0o755)
+	os.Symlink(filepath.Join(dir, "s"), filepath.Join(dir, "link"))
+	for _, c := range []struct {
+		dest string
+		want bool
+	}{
+		{filepath.Join(dir, "s", "cache.kbundle.d"), true},
+		{filepath.Join(dir, "s", "cache.kbundle.d", "x", "y"), true},
+		{filepath.Join(dir, "s"), true},
+		{dir, true},
+		{filepath.Join(dir, "link", "cache.kbundle.d"), true},
+		{filepath.Join(dir, "s", "cache.kbundle.dd"), false},
+		{filepath.Join(dir, "s", "dest"), false},
+		{filepath.Join(dir, "dest"), false},
+	} {
+		if got := HoldsLayers(c.dest, set); got != c.want {
+			t.Errorf("HoldsLayers(%s) = %v, want %v", c.dest, got, c.want)
+		}
+	}
+}

@@ -127,6 +127,9 @@ func checkSet(plan Plan, lists []*list) error {
 		return refusef("no bundle set: pass --bundle PATH or set KBUNDLE_BUNDLE (%s names none: it holds no install record)", lists[0].Dest)
 	}
 	for _, l := range lists {
+		if bundle.HoldsLayers(l.Dest, plan.Bundle) && !l.Missing {
+			return refusef("%s (rank %d): %s is, or holds, the set's layer folder %s: the layer would be written into DEST; load into a DEST outside it", l.Host, l.First, l.Dest, bundle.LayerDir(plan.Bundle))
+		}
 		if l.Set != "" && !sameSet(l.Set, plan.Bundle) {
 			return refusef("%s (rank %d): %s was loaded from %s, not from %s: harvesting into %s would write only what this job added to the other set; pass --bundle %s",
 				l.Host, l.First, l.Dest, l.Set, plan.Bundle, plan.Bundle, l.Set)

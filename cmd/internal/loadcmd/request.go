@@ -210,6 +210,11 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	if p.Bundle, err = resolveBundle(r, f, o.getenv, rank); err != nil {
 		return o, err
 	}
+	if o.dest != "" && p.Bundle != "" && bundle.HoldsLayers(o.dest, p.Bundle) {
+		// S9's remainder: harvest would write its layers into DEST, and the
+		// next load --force delete them with the tree.
+		return o, usagef("%s is, or holds, the set's layer folder %s: choose a DEST outside it", o.dest, bundle.LayerDir(p.Bundle))
+	}
 	if p.AllowMissing && rank == 0 {
 		err = setFolder(p.Bundle, r.Parents, f)
 	}
