@@ -117,7 +117,50 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 		sum.Nodes = append(sum.Nodes, nr)
 	}
 	sum.Units = len(units)
+	sum.Replaced = replacedInSet(lists, choice, have)
 	return sum, choice
+}
+
+// replacedInSet says what of the set the layer's files drop by the
+// merged view's kind-change rule (docs/FORMAT.md, "Merged view"; H1 of
+// the 2026-12-01b review): a file x that the set holds as a directory
+// drops the set's x/…, a file below a name the set holds as a file drops
+// that file. One line each, sorted.
+func replacedInSet(lists []*list, choice [][]int, have map[string]string) []string {
+	if len(have) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(have))
+	var out []string
+	seen := map[string]bool{}
+	for r, c := range choice {
+		for _, i := range c {
+			f := lists[r].Files[i].Name
+			// The set's files below f: f was a directory there.
+			lo, _ := slices.BinarySearch(names, f+"/")
+			n := 0
+			for j := lo; j < len(names) && strings.HasPrefix(names[j], f+"/"); j++ {
+				n++
+			}
+			if n > 0 && !seen[f+"/"] {
+				seen[f+"/"] = true
+				files := fmt.Sprintf("%d files", n)
+				if n == 1 {
+					files = "1 file"
+				}
+				out = append(out, fmt.Sprintf("%s/ (%s: a directory in the set, a file in this job's DEST)", f, files))
+			}
+			// A parent of f the set holds as a file.
+			for p := range parents(f) {
+				if _, ok := have[p]; ok && !seen[p] {
+					seen[p] = true
+					out = append(out, p+" (a file in the set, a directory in this job's DEST)")
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -195,5 +196,37 @@ func TestHarvestSetFolderGone(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dest+".node1", "numba", "f.nbi")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestHarvestSaysWhatItReplaces: a job that turned a directory of DEST
+// into a file, and a file into a directory: the layer's view replaces
+// the set's (the newest layer wins, with the whole subtree), and the
+// report says what it drops (H1 of the 2026-12-01b review).
+func TestHarvestSaysWhatItReplaces(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	install(t, set, dest, 1, map[string]string{"numba/sub/k1": "a", "numba/sub/k2": "b", "numba/k3": "c", "x": "file"})
+	d := dest + ".node0"
+	os.RemoveAll(filepath.Join(d, "numba", "sub"))
+	write(t, d, "numba/sub", "now a file")
+	os.Remove(filepath.Join(d, "x"))
+	write(t, d, "x/y", "now a directory")
+	s := run(t, set, dest, 1, 1)[0]
+	want := []string{"numba/sub/ (2 files: a directory in the set, a file in this job's DEST)", "x (a file in the set, a directory in this job's DEST)"}
+	if s.Layer == "" || !slices.Equal(s.Replaced, want) {
+		t.Fatalf("layer %q, replaced %q, want %q", s.Layer, s.Replaced, want)
+	}
+	o, err := bundle.OpenSet(set, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	var names []string
+	for _, e := range o.Merged(bundle.CacheUnit) {
+		names = append(names, e.Name)
+	}
+	if !slices.Contains(names, "numba/sub") || slices.Contains(names, "numba/sub/k1") || !slices.Contains(names, "x/y") || !slices.Contains(names, "numba/k3") {
+		t.Errorf("the set's view %q", names)
 	}
 }

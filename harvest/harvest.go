@@ -134,6 +134,10 @@ type Summary struct {
 	Nodes []NodeReport `json:"nodes"`
 	Units int          `json:"units"` // cache units written
 	Files int          `json:"files"` // files written
+	// Replaced names what of the set the layer drops by the merged view's
+	// kind-change rule (a directory of the set that the job made a file,
+	// or the reverse), with why.
+	Replaced []string `json:"replaced,omitempty"`
 	// Kept counts those of them unchanged since the install, written
 	// with their unit (a unit goes whole).
 	Kept    int    `json:"kept_files,omitempty"`

@@ -269,6 +269,13 @@ func HarvestReport(s *harvest.Summary) []string {
 	if s.Untrusted != "" {
 		lines = append(lines, "warning: kbundle load will refuse this set (exit 3): "+s.Untrusted)
 	}
+	if len(s.Replaced) > 0 {
+		what := "replaces"
+		if s.DryRun || s.Layer == "" {
+			what = "would replace"
+		}
+		lines = append(lines, fmt.Sprintf("the layer %s in the set's view (the newest layer wins): %s", what, bundle.Printable(strings.Join(s.Replaced, ", "))))
+	}
 	lines = append(lines, harvest.PruneReport(s)...)
 	switch {
 	case s.UseRecord != "" && s.UsesRecorded > 0:
