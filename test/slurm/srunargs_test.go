@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -222,8 +223,10 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 		if !strings.Contains(se, "WARM-UP-COMMAND") || !strings.Contains(se, "kbundle-job: cache: warm") {
 			t.Errorf("the warm-up did not run KBUNDLE_WARM_APP, or the cache is not warm\n%s", se)
 		}
-		if _, err := os.Stat(filepath.Join(cache2, "cache.kbundle.lock")); err != nil {
-			t.Errorf("no lock file: %v", err)
+		// The job that warmed removes its lock (X3 of the 2026-12-01b
+		// review: a lock left 0644 beside the bundle let anyone hold it).
+		if _, err := os.Lstat(filepath.Join(cache2, "cache.kbundle.lock")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the warm-up left its lock file: %v", err)
 		}
 		lines := srunLines(t, log)
 		if len(lines) != 4 || !strings.Contains(lines[0], " load --force --parents --bundle ") || !strings.Contains(lines[2], " harvest ") {
@@ -302,7 +305,9 @@ func testHarvestSteps(t *testing.T, base []string, dir, log, bundle, local strin
 		}
 		// Harvest off: a missing bundle is exit 3, as before.
 		so, se, code := run(t, append(base[:len(base):len(base)], "KBUNDLE_BUNDLE="+filepath.Join(dir, "none", "cache.kbundle"), "KBUNDLE_HARVEST=0"), dir, "bash", runScript, app)
-		if code != 3 || strings.Contains(se, "allow-missing") {
+		// (The load's hint names --allow-missing as a way to start; the
+		// script did not pass it.)
+		if code != 3 || strings.Contains(se, "DEST is an empty cache") || slices.ContainsFunc(srunLines(t, log), func(l string) bool { return strings.Contains(l, "--allow-missing") }) {
 			t.Errorf("KBUNDLE_HARVEST=0 and no bundle: want exit 3, got %d\n%s%s", code, so, se)
 		}
 		os.Remove(log)
