@@ -98,7 +98,7 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 		if ls := tackLines(so); len(ls) != 1 || !strings.Contains(ls[0], " hits=5 compiled=0 dir="+local+"/tack") {
 			t.Errorf("application ran %q, want 5 hits from %s (the exports must reach it)", ls, local)
 		}
-		if !strings.Contains(se, "kbundle-run: cache: warm (loaded into "+local) {
+		if !strings.Contains(se, "kbundle-run: cache: warm (loaded into "+local+" on 1 node)") { // not "1 nodes" (U43)
 			t.Errorf("no 'cache: warm' line\n%s", se)
 		}
 		lines := srunLines(t, log)
