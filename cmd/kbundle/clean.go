@@ -30,13 +30,19 @@ type cleanJSON struct {
 	// running) left, and the trees found (--all-mine, or --job and
 	// --older-than without DEST) that clean's rules refused: not an error.
 	Left []string `json:"left"`
+	// WouldRemove are the trees --dry-run would remove.
+	WouldRemove []string `json:"would_remove,omitempty"`
 }
+
+// dryRunKeep is the reason Keep gives under --dry-run for a tree that
+// passed every check: it would be removed.
+const dryRunKeep = "\x00dry run"
 
 func init() {
 	register(&cli.Command{
 		Name:      "clean",
 		Usage:     "remove node-local trees that kbundle installed, and the temporaries killed kbundle runs left",
-		UsageText: "kbundle clean [--job ID] [--older-than D] [--all-mine] [--user U] [--stale DIR]... [--json] [-q] [DEST...]",
+		UsageText: "kbundle clean [--job ID] [--older-than D] [--all-mine] [--user U] [--stale DIR]... [--dry-run] [--json] [-q] [DEST...]",
 		Description: "Removes each DEST only when kbundle installed it: a directory of yours, not a symlink or a mount point,\n" +
 			"holding " + bundle.InstalledMarker + " (the rule --force follows), that no live load is installing now.\n" +
 			"Anything else is refused and left as it is. A DEST that does not exist is nothing to do.\n" +
@@ -52,6 +58,7 @@ func init() {
 			&cli.StringSliceFlag{Name: "stale", Usage: "also remove, in `DIR`, the temporaries killed kbundle runs of yours left (repeatable)"},
 			&cli.StringFlag{Name: "job", Usage: "remove only the tree job `ID` installed (its install record's job)"},
 			&cli.GenericFlag{Name: "older-than", Value: &olderThanValue{}, Usage: "remove only trees installed longer ago than `D` (seconds, or with a unit: 90m, 48h), never one of a job still running on this node"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "say what would be removed, and how much of each tree changed since its install; remove nothing"},
 			&cli.BoolFlag{Name: "all-mine", Usage: "consider every tree of yours named like the default DEST ($TMPDIR/kbundle-$USER-*)"},
 			&cli.StringFlag{Name: "user", Usage: "root only (a Slurm epilog): act for user `U` (a name or uid): remove U's trees by the same rules, with U as the owner, and nothing U could not remove"}},
 		Action: cleanAction,
@@ -153,6 +160,15 @@ func cleanAction(c *cli.Context) error {
 		}
 		return ""
 	}
+	dry := c.Bool("dry-run")
+	if keep := opt.Keep; dry {
+		opt.Keep = func(rec *bundle.InstallRecord) string {
+			if why := keep(rec); why != "" {
+				return why
+			}
+			return dryRunKeep
+		}
+	}
 	out := cleanJSON{jsonHead: okHead(), Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
 	var refusals []string // as stderr says them
 	for i, d := range dests {
@@ -165,6 +181,9 @@ func cleanAction(c *cli.Context) error {
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %v\n", err)
 			out.Refused = append(out.Refused, d)
 			refusals = append(refusals, err.Error())
+		case res.Kept == dryRunKeep:
+			say(c, "would remove %s%s", safe(d), changedNote(d))
+			out.WouldRemove = append(out.WouldRemove, d)
 		case res.Kept != "":
 			say(c, "left %s: %s", safe(d), res.Kept)
 			out.Left = append(out.Left, d)
@@ -183,6 +202,9 @@ func cleanAction(c *cli.Context) error {
 		say(c, "nothing to remove: no tree named %s*", safe(minePrefix(name)))
 	}
 	seen := map[string]bool{}
+	if dry {
+		stale = nil // removes nothing
+	}
 	for _, dir := range stale {
 		if seen[dir] {
 			continue
@@ -301,4 +323,15 @@ func runningJobs(uid uint32) map[string]bool {
 		}
 	}
 	return jobs
+}
+
+// changedNote says, for clean --dry-run, how much of the tree at dest
+// changed since its install (what a harvest would give back, if it has
+// not yet): "" when nothing did or it cannot tell (U44).
+func changedNote(dest string) string {
+	t := loadcmd.TreeStatus(dest)
+	if t.State != loadcmd.StateInstalled || t.Tree == nil || t.Tree.Unchanged {
+		return ""
+	}
+	return fmt.Sprintf(" (changed since its install: %d new, %d changed, %d missing; kbundle harvest gives what the job compiled back to its set)", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
 }
