@@ -42,7 +42,7 @@ func roundsCaches(int) []string {
 
 // TestHarvestMergeRoundsPFS (issue 26): publishing and merging are
 // linearizable on a real network file system. The set lives on sshfs
-// (networkFS: kbn1 and kbn2 keep listings and attributes 20 s, kbn3 1 s).
+// (networkFSWith: each node its own client, mounted coherent: roundsCaches).
 // Each round, three one-rank jobs (Open MPI's mpirun), one on each node,
 // load the set into a DEST of that round, compile a file each (a name of
 // their own, per job and round) and read a base file (so each harvest
