@@ -308,10 +308,12 @@ type LayerOptions struct {
 	// WriteLayer also numbers its layer above the layers and claims of
 	// the owners it trusts only (docs/FORMAT.md, "Publishing").
 	Trust *TrustPolicy
-	// Failpoint, when not nil, is called by WriteLayer at two steps, for
-	// tests that kill the writer there: "written" (the temporary complete
-	// and fsynced, not yet linked) and "published" (linked to its name,
-	// the temporary's name not yet removed).
+	// Failpoint, when not nil, is called by WriteLayer at three steps, for
+	// tests that kill or hold the writer there: "written" (the temporary
+	// complete and fsynced, not yet linked), "claimed" (its number's claim
+	// linked, not its layer; not for a set's first bundle, its base) and
+	// "published" (linked to its name, the temporary's name not yet
+	// removed).
 	Failpoint func(step string)
 	// step, when not nil, is called at every step of the protocol
 	// (docs/FORMAT.md, "The protocol"), for the tests that run other
@@ -397,7 +399,7 @@ func (o *LayerOptions) failpoint(step string) {
 	if o.step != nil {
 		o.step(step)
 	}
-	if o.Failpoint != nil && (step == "written" || step == "published") {
+	if o.Failpoint != nil && (step == "written" || step == "claimed" || step == "published") {
 		o.Failpoint(step)
 	}
 }

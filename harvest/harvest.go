@@ -72,8 +72,8 @@ type Plan struct {
 	// tests that kill a rank there: "announce" (a leader sent its list;
 	// rank 0 received them all), "transfer" (a leader sent its first
 	// message of file bytes; rank 0 added its first file to the layer),
-	// then on rank 0 bundle.LayerOptions.Failpoint's "written" and
-	// "published".
+	// then on rank 0 bundle.LayerOptions.Failpoint's "written", "claimed"
+	// and "published".
 	Failpoint func(step string)
 }
 

@@ -289,7 +289,7 @@ func TestFailpointSteps(t *testing.T) {
 		}
 		return got
 	})
-	if fmt.Sprint(steps) != "[[announce transfer written published] [announce transfer]]" {
+	if fmt.Sprint(steps) != "[[announce transfer written claimed published] [announce transfer]]" {
 		t.Errorf("steps per rank: %v", steps)
 	}
 }

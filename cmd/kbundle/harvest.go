@@ -137,7 +137,7 @@ func (l *loader) harvestFailure(o loadcmd.HarvestOutcome) error {
 // testFailpoint is the harvest's failpoint for tests from
 // $KBUNDLE_TEST_FAILPOINT, STEP:RANK or STEP:RANK:wait=FILE: world rank
 // RANK kills itself with SIGKILL at STEP (harvest.Plan.Failpoint's
-// steps: announce, transfer, written, published), or with wait=FILE
+// steps: announce, transfer, written, claimed, published), or with wait=FILE
 // creates FILE.reached there and waits (60 s at most) for FILE to exist
 // (the test changes something meanwhile; a file, not SIGSTOP, which some
 // launchers' proxies answer with SIGCONT). Empty: none.
@@ -154,9 +154,9 @@ func testFailpoint(v string, rank int) (func(string), error) {
 	if waits {
 		wait, waits = strings.CutPrefix(parts[2], "wait=")
 	}
-	steps := map[string]bool{"announce": true, "transfer": true, "written": true, "published": true}
+	steps := map[string]bool{"announce": true, "transfer": true, "written": true, "claimed": true, "published": true}
 	if len(parts) < 2 || !steps[parts[0]] || err != nil || r < 0 || len(parts) == 3 && (!waits || wait == "") {
-		return nil, fmt.Errorf("KBUNDLE_TEST_FAILPOINT=%q: want STEP:RANK or STEP:RANK:wait=FILE, STEP one of announce, transfer, written, published", v)
+		return nil, fmt.Errorf("KBUNDLE_TEST_FAILPOINT=%q: want STEP:RANK or STEP:RANK:wait=FILE, STEP one of announce, transfer, written, claimed, published", v)
 	}
 	return func(step string) {
 		if step != parts[0] || rank != r {

@@ -44,7 +44,7 @@ var otherEnv = []envVar{
 	{"KBUNDLE_PROGRESS_INTERVAL", "when stderr is not a terminal, how often pack, verify and extract print a progress line (a Go duration, default 10s)"},
 	{"KBUNDLE_BCAST_CHUNK", "testing knob: bytes per broadcast call of load, read on rank 0 only (default 8 MiB)"},
 	{"KBUNDLE_TEST_RANKS_PER_NODE", "testing knob: every N consecutive ranks of load form one node, extracting to DEST.node<k>"},
-	{"KBUNDLE_TEST_FAILPOINT", "testing knob: STEP:RANK makes harvest's world rank RANK kill itself (SIGKILL) at STEP (announce, transfer, written, published); STEP:RANK:wait=FILE makes it create FILE.reached there and wait for FILE instead"},
+	{"KBUNDLE_TEST_FAILPOINT", "testing knob: STEP:RANK makes harvest's world rank RANK kill itself (SIGKILL) at STEP (announce, transfer, written, claimed, published); STEP:RANK:wait=FILE makes it create FILE.reached there and wait for FILE instead"},
 	{"SOURCE_DATE_EPOCH", "content time recorded by pack, for reproducible bundles"},
 	{"TMPDIR", "node-local directory of the default DEST of load"},
 }

@@ -30,6 +30,13 @@ const pfsPort = "2222"
 // test ends. Recipe: /work/shared/lab/sshfs (there read-only).
 func (c *cluster) networkFS(t *testing.T) (server, mount string) {
 	t.Helper()
+	return c.networkFSWith(t, writerCaches)
+}
+
+// networkFSWith is networkFS with the sshfs options opts(i) on node i
+// (0-based).
+func (c *cluster) networkFSWith(t *testing.T, opts func(i int) []string) (server, mount string) {
+	t.Helper()
 	if _, err := exec.LookPath("sshfs"); err != nil || !exists("/usr/sbin/sshd") {
 		cmd := exec.Command("apt-get", "install", "-y", "--no-install-recommends", "sshfs", "openssh-server")
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
@@ -73,15 +80,24 @@ func (c *cluster) networkFS(t *testing.T) (server, mount string) {
 			}
 		}
 	})
-	c.mountFS(t, server, mount, key)
+	c.mountFS(t, server, mount, key, opts)
 	return server, mount
 }
 
-// mountFS mounts server at mount on every node: on kbn1 and kbn2 (the
-// writers) with sshfs's default caches (attributes and directory
+// writerCaches are TestHarvestConcurrentPFS's mounts: on kbn1 and kbn2
+// (the writers) sshfs's default caches (attributes and directory
 // listings kept 20 s: a writer lists a stale layer directory), on kbn3
 // (the reader) keeping them 1 s (its loads see new layers soon).
-func (c *cluster) mountFS(t *testing.T, server, mount, key string) {
+func writerCaches(i int) []string {
+	if i == 2 {
+		return []string{"-o", "dcache_timeout=1"}
+	}
+	return nil
+}
+
+// mountFS mounts server at mount on every node, with sshfs options
+// opts(i) on node i.
+func (c *cluster) mountFS(t *testing.T, server, mount, key string, opts func(i int) []string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
@@ -90,9 +106,7 @@ func (c *cluster) mountFS(t *testing.T, server, mount, key string) {
 			defer wg.Done()
 			argv := []string{"sshfs", "-p", pfsPort, "-o", "IdentityFile=" + key, "-o", "StrictHostKeyChecking=no",
 				"-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR"}
-			if i == 2 {
-				argv = append(argv, "-o", "dcache_timeout=1")
-			}
+			argv = append(argv, opts(i)...)
 			so, se, code := c.on(t, n, append(argv, "root@198.18.0.254:"+server, mount)...)
 			if code != 0 {
 				t.Errorf("sshfs on %s: exit %d\n%s%s", n, code, so, se)
@@ -105,14 +119,15 @@ func (c *cluster) mountFS(t *testing.T, server, mount, key string) {
 	}
 }
 
-// remountFS remounts the network file system on every node: fresh
-// caches, so that each sees what the server holds now.
+// remountFS remounts the network file system on every node (with
+// writerCaches): fresh caches, so that each sees what the server holds
+// now.
 func (c *cluster) remountFS(t *testing.T, server, mount string) {
 	t.Helper()
 	for _, n := range c.nodes {
 		c.mustOn(t, n, "umount", mount)
 	}
-	c.mountFS(t, server, mount, filepath.Join(filepath.Dir(server), "key"))
+	c.mountFS(t, server, mount, filepath.Join(filepath.Dir(server), "key"), writerCaches)
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -149,7 +164,11 @@ func (c *cluster) argvOn(l launch, hosts []string, argv ...string) []string {
 // name → content.
 func (c *cluster) filesOn(t *testing.T, node, dir string) map[string]string {
 	t.Helper()
-	root := c.root(node, dir)
+	return filesIn(c.root(node, dir))
+}
+
+// filesIn is filesOn of a folder of this machine, root.
+func filesIn(root string) map[string]string {
 	out := map[string]string{}
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() || d.Name() == installedMarker {
