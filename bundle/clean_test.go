@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -289,6 +291,47 @@ func TestCleanConcurrent(t *testing.T) {
 		}
 		if _, err := os.Lstat(dest); removed != 1 || !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("round %d: %d removed it; %v", round, removed, err)
+		}
+	}
+}
+
+// TestHarvestRecord: WriteHarvestRecord writes only into a tree kbundle
+// installed, privately; ReadHarvestRecord refuses a symlink, a FIFO and
+// what is not a record, and reads none as fs.ErrNotExist.
+func TestHarvestRecord(t *testing.T) {
+	dir := t.TempDir()
+	dest := installedTree(t, dir, "dest")
+	if _, err := ReadHarvestRecord(dest); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("no record: %v", err)
+	}
+	if err := WriteHarvestRecord(dest, "/s/set.kbundle", "/s/set.kbundle.d/000001-ab.kbundle"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadHarvestRecord(dest)
+	if err != nil || r.Set != "/s/set.kbundle" || r.Layer != "/s/set.kbundle.d/000001-ab.kbundle" {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dest, HarvestedMarker)); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v", fi.Mode())
+	}
+	if err := WriteHarvestRecord(t.TempDir(), "s", ""); err == nil {
+		t.Error("a directory kbundle did not install got a harvest record")
+	}
+	p := filepath.Join(dest, HarvestedMarker)
+	for name, make := range map[string]func() error{
+		"symlink": func() error { os.Remove(p); return os.Symlink(filepath.Join(dir, "elsewhere"), p) },
+		"fifo":    func() error { os.Remove(p); return syscall.Mkfifo(p, 0o600) },
+		"garbage": func() error { os.Remove(p); return os.WriteFile(p, []byte("{not json"), 0o600) },
+		"version": func() error {
+			os.Remove(p)
+			return os.WriteFile(p, []byte(`{"kbundle_harvest_record":2,"harvested":"2026-12-01T00:00:00Z","set":"s"}`), 0o600)
+		},
+	} {
+		if err := make(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadHarvestRecord(dest); err == nil {
+			t.Errorf("%s: read as a record", name)
 		}
 	}
 }

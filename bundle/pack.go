@@ -312,7 +312,7 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 		if rel != "" {
 			r = rel + "/" + name
 		}
-		if rel == "" && name == InstalledMarker {
+		if rel == "" && (name == InstalledMarker || name == HarvestedMarker) {
 			continue // kbundle's own mark in a tree it extracted, not content
 		}
 		abs := filepath.Join(t.root, filepath.FromSlash(r))

@@ -467,7 +467,7 @@ func CompareTree(dest string, rec *InstallRecord) (*TreeChange, error) {
 		if name == "." {
 			return nil
 		}
-		if name == InstalledMarker {
+		if name == InstalledMarker || name == HarvestedMarker {
 			return nil
 		}
 		e := want[name]

@@ -17,7 +17,8 @@
 // Plan.MaxSize, prunes the set when it passes the limit
 // (bundle.MergeSet's MaxSize: the least recently used units go).
 //
-// It never writes into a DEST, and reads no environment variable.
+// It writes into a DEST only its harvest record (bundle.HarvestedMarker,
+// once the harvest succeeded), and reads no environment variable.
 package harvest
 
 import (
@@ -267,6 +268,12 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("harvest: outcome from rank 0: %w", err)
+	}
+	if leader && res.Err == "" && res.Sum != nil && !plan.DryRun && where.refused == "" {
+		// Each node's DEST records that its changes went back (U44):
+		// status says so, and clean warns about a tree that was not.
+		// Best effort: a DEST kbundle did not install gets none.
+		bundle.WriteHarvestRecord(where.dest, res.Sum.Set, res.Sum.Layer)
 	}
 	switch {
 	case res.Err != "" && res.Refused:

@@ -76,7 +76,7 @@ func scan(dest string) *list {
 			}
 			return err
 		}
-		if name == "." || name == bundle.InstalledMarker {
+		if name == "." || name == bundle.InstalledMarker || name == bundle.HarvestedMarker {
 			return nil // the record itself: what DEST is compared with
 		}
 		if own(name) {

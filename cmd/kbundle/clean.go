@@ -160,18 +160,20 @@ func cleanAction(c *cli.Context) error {
 		}
 		return ""
 	}
-	dry := c.Bool("dry-run")
-	if keep := opt.Keep; dry {
-		opt.Keep = func(rec *bundle.InstallRecord) string {
-			if why := keep(rec); why != "" {
-				return why
-			}
-			return dryRunKeep
-		}
-	}
+	dry, keep := c.Bool("dry-run"), opt.Keep
 	out := cleanJSON{jsonHead: okHead(), Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
 	var refusals []string // as stderr says them
 	for i, d := range dests {
+		opt.Keep = func(rec *bundle.InstallRecord) string {
+			switch why := keep(rec); {
+			case why != "":
+				return why
+			case dry:
+				return dryRunKeep
+			}
+			unharvested(c, d) // it goes now
+			return ""
+		}
 		res, err := bundle.Clean(d, opt)
 		switch {
 		case err != nil && i >= named:
@@ -333,5 +335,18 @@ func changedNote(dest string) string {
 	if t.State != loadcmd.StateInstalled || t.Tree == nil || t.Tree.Unchanged {
 		return ""
 	}
-	return fmt.Sprintf(" (changed since its install: %d new, %d changed, %d missing; kbundle harvest gives what the job compiled back to its set)", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
+	if t.Harvested != nil {
+		return fmt.Sprintf(" (changed since its install: %d new, %d changed, %d missing; harvested %s)", t.Tree.New, t.Tree.Changed, t.Tree.Missing, t.Harvested.Harvested)
+	}
+	return fmt.Sprintf(" (changed since its install: %d new, %d changed, %d missing, never harvested; kbundle harvest gives what the job compiled back to its set)", t.Tree.New, t.Tree.Changed, t.Tree.Missing)
+}
+
+// unharvested warns, before clean removes the tree at dest, when it
+// changed since its install and was never harvested: what the job
+// compiled goes with it (U44).
+func unharvested(c *cli.Context, dest string) {
+	t := loadcmd.TreeStatus(dest)
+	if t.State == loadcmd.StateInstalled && t.Tree != nil && t.Tree.New+t.Tree.Changed > 0 && t.Harvested == nil {
+		warn(c, "%s holds %d new and %d changed entries that were never harvested: removing them (kbundle harvest first gives them back to the set)", safe(dest), t.Tree.New, t.Tree.Changed)
+	}
 }

@@ -290,7 +290,7 @@ func destSide(dest string) (map[string]diffEntry, string, error) {
 		if err != nil {
 			return err
 		}
-		if name == "." || name == bundle.InstalledMarker {
+		if name == "." || name == bundle.InstalledMarker || name == bundle.HarvestedMarker {
 			return nil
 		}
 		fi, err := d.Info()

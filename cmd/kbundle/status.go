@@ -147,6 +147,15 @@ func printStatus(w io.Writer, t *statusTree) {
 	} else {
 		fmt.Fprintf(w, "  tree:      %s\n", treeChanges(t.Tree))
 	}
+	if h := t.Harvested; h != nil {
+		what := "nothing new"
+		if h.Layer != "" {
+			what = "wrote " + h.Layer
+		}
+		fmt.Fprintf(w, "  harvested: %s into %s (%s)\n", safe(h.Harvested), safe(h.Set), safe(what))
+	} else if !t.Tree.Unchanged {
+		fmt.Fprintf(w, "  harvested: not since install (kbundle harvest gives what the job compiled back to its set)\n")
+	}
 }
 
 // printLayers prints the set a tree was installed from, and its bundles.

@@ -48,6 +48,12 @@ class TreeStatus:
     new_dirs: int = 0
     changed: int = 0
     missing: int = 0
+    #: The tree's last harvest, from its harvest record: when (RFC 3339),
+    #: into which set, and the layer written ("": nothing new); all ""
+    #: when it was not harvested since its install.
+    harvested: str = ""
+    harvested_set: str = ""
+    harvested_layer: str = ""
 
     @property
     def ok(self) -> bool:
@@ -88,6 +94,7 @@ def _tree(t: Mapping[str, Any]) -> TreeStatus:
         k, _, v = str(kv).partition("=")
         env[k] = v
     tree = t.get("tree") or {}
+    h = t.get("harvested") or {}
     return TreeStatus(
         dest=str(t.get("dest", "")),
         state=str(t.get("state", "")),
@@ -108,4 +115,7 @@ def _tree(t: Mapping[str, Any]) -> TreeStatus:
         new_dirs=int(tree.get("new_dirs", 0)),
         changed=int(tree.get("changed", 0)),
         missing=int(tree.get("missing", 0)),
+        harvested=str(h.get("harvested", "")),
+        harvested_set=str(h.get("set", "")),
+        harvested_layer=str(h.get("layer", "")),
     )

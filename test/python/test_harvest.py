@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Tuple, TypeVar
 
+import kbundle
 import kbundle._load
 import pytest
 from mpi4py import MPI
@@ -220,6 +221,9 @@ def test_reuses_the_load() -> None:
     load_and_compile(d / "cache.kbundle", WORK / f"dest-reuse-np{SIZE}")
     res = harvest(COMM)
     wrote_one_layer(res, d / "cache.kbundle")
+    # Each node's DEST records the harvest (U44), which status() reads.
+    (t,) = kbundle.status(f"{WORK}/dest-reuse-np{SIZE}.node{RANK}")
+    assert t.harvested and t.harvested_set == str(d / "cache.kbundle") and t.harvested_layer == res.layer
 
 
 def test_max_size_prunes() -> None:

@@ -49,7 +49,10 @@ type Tree struct {
 	Dirs          int         `json:"dirs"`
 	Bytes         int64       `json:"bytes"`
 	Tree          *TreeChange `json:"tree,omitempty"`
-	RawBytes      int64       `json:"raw_bytes"` // Bytes, under its canonical name
+	// Harvested is the tree's last harvest (its harvest record), nil
+	// when none was since its install.
+	Harvested *bundle.HarvestRecord `json:"harvested,omitempty"`
+	RawBytes  int64                 `json:"raw_bytes"` // Bytes, under its canonical name
 }
 
 // TreeLayer is one bundle of an installed set, as its install record
@@ -172,6 +175,9 @@ func TreeStatus(dest string) Tree {
 	if err != nil {
 		t.State, t.Reason = StateUnreadable, err.Error()
 		return t
+	}
+	if h, err := bundle.ReadHarvestRecord(dest); err == nil {
+		t.Harvested = h
 	}
 	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
 	for _, n := range ch.New {
