@@ -241,19 +241,8 @@ func diffSide(c *cli.Context, name string) (map[string]diffEntry, diffSideJSON, 
 	}
 	defer rc.Close()
 	entries, content, layers := rc.Entries(), rc.ContentDigest(), 0
-	// A set's base with layers: its merged view, as load installs it
-	// (and as ls, info and extract read it).
 	if !c.Bool("base-only") {
-		if set, err := bundle.OpenSet(name, &bundle.OpenOptions{Trust: trust}); err == nil {
-			defer set.Close()
-			if set.HasDeltas() {
-				entries = entries[:0:0]
-				for _, e := range set.Merged(bundle.CacheUnit) {
-					entries = append(entries, e.Entry)
-				}
-				content, layers = set.ContentDigest(bundle.CacheUnit), len(set.Read)-1
-			}
-		}
+		entries, content, layers = mergedView(name, trust, entries, content)
 	}
 	m := map[string]diffEntry{}
 	for _, e := range entries {
@@ -327,4 +316,24 @@ func destSide(dest string) (map[string]diffEntry, string, error) {
 		return nil, "", exit(atDest(fmt.Errorf("cannot read %s: %w", dest, err)))
 	}
 	return m, rec.ContentDigest, nil
+}
+
+// mergedView is what a command that reads the bundle at name shows (ls,
+// diff): for a set's base with layers, the set's merged view, as load
+// installs it, and how many layers it has above the base; else entries
+// and content, the base's own, with 0.
+func mergedView(name string, trust *bundle.TrustPolicy, entries []bundle.Entry, content bundle.Digest) ([]bundle.Entry, bundle.Digest, int) {
+	set, err := bundle.OpenSet(name, &bundle.OpenOptions{Trust: trust})
+	if err != nil {
+		return entries, content, 0
+	}
+	defer set.Close()
+	if !set.HasDeltas() {
+		return entries, content, 0
+	}
+	var view []bundle.Entry
+	for _, e := range set.Merged(bundle.CacheUnit) {
+		view = append(view, e.Entry)
+	}
+	return view, set.ContentDigest(bundle.CacheUnit), len(set.Read) - 1
 }

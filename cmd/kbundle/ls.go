@@ -166,19 +166,9 @@ func lsAction(c *cli.Context) error {
 	}
 	defer rc.Close()
 	// A set's base with layers: its merged view, as load installs it.
-	entries, content := rc.Entries(), rc.ContentDigest()
-	if set, err := bundle.OpenSet(name, &bundle.OpenOptions{Trust: trust}); err == nil {
-		defer set.Close()
-		if set.HasDeltas() {
-			entries = entries[:0:0]
-			for _, e := range set.Merged(bundle.CacheUnit) {
-				entries = append(entries, e.Entry)
-			}
-			content = set.ContentDigest(bundle.CacheUnit)
-			if !c.Bool("quiet") && !c.Bool("json") {
-				fmt.Fprintf(c.App.ErrWriter, "kbundle: %s: the set's merged view, the base and %s\n", safe(name), plural(len(set.Read)-1, "layer", "layers"))
-			}
-		}
+	entries, content, layers := mergedView(name, trust, rc.Entries(), rc.ContentDigest())
+	if layers > 0 && !c.Bool("quiet") && !c.Bool("json") {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s: the set's merged view, the base and %s\n", safe(name), plural(layers, "layer", "layers"))
 	}
 	w := c.App.Writer
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', tabwriter.AlignRight)
