@@ -171,7 +171,7 @@ func (c *cluster) filesOn(t *testing.T, node, dir string) map[string]string {
 func filesIn(root string) map[string]string {
 	out := map[string]string{}
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() || d.Name() == installedMarker {
+		if err != nil || !d.Type().IsRegular() || d.Name() == installedMarker || d.Name() == ".kbundle-harvested" {
 			return nil
 		}
 		b, _ := os.ReadFile(p)

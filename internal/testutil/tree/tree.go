@@ -90,8 +90,8 @@ func Write(t testing.TB, dir string, spec Spec) {
 // Options say what Diff compares beyond names, kinds, permission bits
 // (without group and other write, which extraction drops, unless
 // AllModeBits) and contents. A
-// top-level .kbundle-installed (kbundle's mark on a tree it extracted) is
-// ignored.
+// top-level .kbundle-installed (kbundle's mark on a tree it extracted)
+// and .kbundle-harvested (a harvest's record in it) are ignored.
 type Options struct {
 	Mtimes      bool     // nanosecond modification times, files and directories
 	SkipContent []string // slash-separated names whose content and mtime are not compared
@@ -101,6 +101,9 @@ type Options struct {
 // installedMarker is bundle.InstalledMarker (not imported: package bundle's
 // own tests use this package).
 const installedMarker = ".kbundle-installed"
+
+// harvestedMarker is bundle.HarvestedMarker, likewise.
+const harvestedMarker = ".kbundle-harvested"
 
 type entry struct {
 	mode  fs.FileMode
@@ -115,8 +118,8 @@ func read(root string) (map[string]entry, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		if rel == installedMarker {
-			return nil // kbundle's mark on a tree it extracted
+		if rel == installedMarker || rel == harvestedMarker {
+			return nil // kbundle's marks on a tree it extracted, and harvested
 		}
 		fi, err := d.Info()
 		if err != nil {
