@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/load"
 )
 
 // Finding the DEST a load installed (issue 25, U33). A load's default
@@ -138,11 +138,6 @@ func checkSet(plan Plan, lists []*list) error {
 	return nil
 }
 
-// maxFound bounds how many directory entries a leader reads while looking
-// for its DEST: the temporary directory is shared, and other users'
-// entries must not make a harvest long.
-const maxFound = 1 << 16
-
 // tieWindow: two trees installed within it of each other are equally
 // likely to be the job's (two loads of the same set at once on the node).
 const tieWindow = 2 * time.Second
@@ -168,23 +163,22 @@ func findDest(dest, prefix, suffix, set, host string) (string, string, error) {
 	if _, err := os.Lstat(dest); !errors.Is(err, fs.ErrNotExist) {
 		return dest, "", nil
 	}
-	cands, err := candidates(prefix, suffix, set, host)
+	all, err := candidates(prefix, suffix, host)
 	if err != nil {
 		return dest, fmt.Sprintf("cannot look for trees in %s: %v", filepath.Dir(prefix), err), nil
 	}
+	cands := slices.DeleteFunc(slices.Clone(all), func(f found) bool { return set != "" && !sameSet(f.set, set) })
 	from := "any set"
 	if set != "" {
 		from = set
 	}
 	if len(cands) == 0 {
 		note := fmt.Sprintf("nothing loaded here from %s: not at %s, nor in any tree of yours named %s*%s", from, dest, prefix, suffix)
-		if others, _ := candidates(prefix, suffix, "", host); set != "" && len(others) > 0 {
-			slices.SortFunc(others, func(a, b found) int { return b.installed.Compare(a.installed) })
-			note += fmt.Sprintf(" (the newest, %s, was loaded from %s: pass --bundle %s to harvest it)", others[0].dest, others[0].set, others[0].set)
+		if len(all) > 0 {
+			note += fmt.Sprintf(" (the newest, %s, was loaded from %s: pass --bundle %s to harvest it)", all[0].dest, all[0].set, all[0].set)
 		}
 		return dest, note, nil
 	}
-	slices.SortFunc(cands, func(a, b found) int { return b.installed.Compare(a.installed) })
 	if len(cands) > 1 && cands[0].installed.Sub(cands[1].installed) < tieWindow {
 		return dest, "", refusef("two trees loaded from %s here are equally likely to be this job's DEST: %s and %s (installed %s and %s); pass --to the one this job used",
 			from, cands[0].dest, cands[1].dest, stamp(cands[0].installed), stamp(cands[1].installed))
@@ -195,51 +189,31 @@ func findDest(dest, prefix, suffix, set, host string) (string, string, error) {
 
 func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }
 
-// candidates lists the trees findDest chooses from.
-func candidates(prefix, suffix, set, host string) ([]found, error) {
-	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
-	f, err := os.Open(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+// candidates lists the trees findDest chooses from, newest first: this
+// user's directories named prefix* (with suffix; without, no fake
+// node's) holding an install record of this host that names them.
+func candidates(prefix, suffix, host string) ([]found, error) {
+	trees, err := load.MineTrees(prefix, os.Geteuid())
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	uid := uint32(os.Geteuid())
 	var out []found
-	for read := 0; read < maxFound; {
-		names, err := f.Readdirnames(1024)
-		read += len(names)
-		for _, n := range names {
-			if !strings.HasPrefix(n, base) || (suffix == "" && fakeSuffix.MatchString(n)) || (suffix != "" && !strings.HasSuffix(n, suffix)) {
-				continue
-			}
-			p := filepath.Join(dir, n)
-			fi, err := os.Lstat(p)
-			if err != nil || !fi.IsDir() {
-				continue
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != uid {
-				continue
-			}
-			rec, err := bundle.ReadInstallRecord(p)
-			if err != nil || rec.Dest != p || (host != "" && rec.Host != "" && rec.Host != host) {
-				continue
-			}
-			if set != "" && !sameSet(rec.Layers[0].Path, set) {
-				continue
-			}
-			t, err := time.Parse(time.RFC3339Nano, rec.Installed)
-			if err != nil {
-				continue
-			}
-			out = append(out, found{dest: p, installed: t, set: rec.Layers[0].Path})
+	for _, p := range trees {
+		n := filepath.Base(p)
+		if (suffix == "" && fakeSuffix.MatchString(n)) || (suffix != "" && !strings.HasSuffix(n, suffix)) {
+			continue
 		}
+		rec, err := bundle.ReadInstallRecord(p)
+		if err != nil || rec.Dest != p || (host != "" && rec.Host != "" && rec.Host != host) {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, rec.Installed)
 		if err != nil {
-			break
+			continue
 		}
+		out = append(out, found{dest: p, installed: t, set: rec.Layers[0].Path})
 	}
+	slices.SortFunc(out, func(a, b found) int { return b.installed.Compare(a.installed) })
 	return out, nil
 }
 

@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
-	"syscall"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
@@ -81,7 +79,7 @@ func Status(dests []string, getenv func(string) string) ([]Tree, int64) {
 	scanned := len(dests) == 0
 	if scanned {
 		var err error
-		if dests, err = MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
+		if dests, err = load.MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
 			return []Tree{{Dest: MinePrefix(getenv("TMPDIR"), UserName()) + "*", State: StateUnreadable, Reason: err.Error()}}, 1
 		}
 		// $KBUNDLE_LOCAL_DIR is load's and harvest's default DEST too.
@@ -188,55 +186,11 @@ func TreeStatus(dest string) Tree {
 	return t
 }
 
-// maxMine bounds how many directory entries minePrefix reads: /tmp is
-// shared, and other users' entries must not make status or clean long.
-const maxMine = 1 << 16
-
 // MinePrefix is the pattern of the default DEST's siblings of user under
 // tmp ($TMPDIR, "": /tmp): every default DEST of theirs, of any job, is
 // named so (load.Dest).
 func MinePrefix(tmp, user string) string {
 	return load.DestPrefix(tmp, user)
-}
-
-// MineTrees lists the trees named prefix* (MinePrefix) that are
-// directories of uid (not symlinks), sorted: the trees `kbundle status`
-// shows and `kbundle clean --all-mine` considers without a DEST. Whether
-// kbundle installed each is for the caller to check. A parent that does
-// not exist holds none.
-func MineTrees(prefix string, uid int) ([]string, error) {
-	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
-	f, err := os.Open(dir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	for read := 0; read < maxMine; {
-		names, err := f.Readdirnames(1024)
-		read += len(names)
-		for _, n := range names {
-			if !strings.HasPrefix(n, base) {
-				continue
-			}
-			p := filepath.Join(dir, n)
-			fi, err := os.Lstat(p)
-			if err != nil || !fi.IsDir() {
-				continue
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
-				out = append(out, p)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }
 
 // A StatusRequest is kbundle_status's JSON argument: the DESTs (none:
