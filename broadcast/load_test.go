@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kbundle/kbundle/broadcast"
 	. "github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
@@ -324,5 +325,32 @@ func TestShortPrelude(t *testing.T) {
 	}
 	if !errors.Is(err, ErrStatus) {
 		t.Errorf("rank 1: %v, want ErrStatus", err)
+	}
+}
+
+// TestBcastBytes: every rank gets rank 0's bytes, nil for none, and a
+// length past the limit is refused on every rank.
+func TestBcastBytes(t *testing.T) {
+	for _, c := range []struct {
+		b     []byte
+		limit uint64
+		ok    bool
+	}{{[]byte("the set's path"), 64, true}, {nil, 64, true}, {make([]byte, 65), 64, false}} {
+		got := broadcasttest.OnEveryRank(broadcasttest.World(0, 0, 1), func(comm *broadcasttest.Comm) string {
+			var b []byte
+			if comm.Rank() == 0 {
+				b = c.b
+			}
+			out, err := broadcast.BcastBytes(comm, b, c.limit)
+			if err != nil {
+				return "error"
+			}
+			return string(out)
+		})
+		for r, g := range got {
+			if want := map[bool]string{true: string(c.b), false: "error"}[c.ok]; g != want {
+				t.Errorf("%d bytes, limit %d: rank %d got %q", len(c.b), c.limit, r, g)
+			}
+		}
 	}
 }

@@ -42,3 +42,30 @@ func RecvMsg(p P2P, from, tag int, limit uint64) ([]byte, error) {
 	}
 	return b, p.Recv(b, from, tag)
 }
+
+// BcastBytes broadcasts root 0's b, of any length up to limit, over c:
+// its length, then its bytes. Every rank returns root 0's bytes (nil when
+// there are none).
+func BcastBytes(c Comm, b []byte, limit uint64) ([]byte, error) {
+	n := make([]byte, 8)
+	if c.Rank() == 0 {
+		binary.LittleEndian.PutUint64(n, uint64(len(b)))
+	}
+	if err := c.Bcast(n, 0); err != nil {
+		return nil, err
+	}
+	size := binary.LittleEndian.Uint64(n)
+	if size > limit {
+		return nil, fmt.Errorf("rank 0 sent %d bytes (limit %d)", size, limit)
+	}
+	if size == 0 {
+		return nil, nil
+	}
+	if c.Rank() != 0 {
+		b = make([]byte, size)
+	}
+	if err := c.Bcast(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

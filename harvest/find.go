@@ -1,7 +1,6 @@
 package harvest
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -80,7 +79,7 @@ func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFoun
 	case world.Rank() == 0:
 		set = []byte(absDest(plan.Bundle))
 	}
-	set, err := bcastBytes(world, set, maxSetPath)
+	set, err := broadcast.BcastBytes(world, set, maxSetPath)
 	if err != nil {
 		return commErr("the set's path", err)
 	}
@@ -91,26 +90,6 @@ func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFoun
 		find(string(set))
 	}
 	return nil
-}
-
-// bcastBytes broadcasts root 0's b over world, its length first (at most
-// limit): every rank returns root 0's bytes.
-func bcastBytes(world broadcast.NodeComm, b []byte, limit uint64) ([]byte, error) {
-	n := binary.LittleEndian.AppendUint64(nil, uint64(len(b)))
-	if err := world.Bcast(n, 0); err != nil {
-		return nil, err
-	}
-	size := binary.LittleEndian.Uint64(n)
-	if size > limit {
-		return nil, fmt.Errorf("rank 0 sent %d bytes (limit %d)", size, limit)
-	}
-	if world.Rank() != 0 {
-		b = make([]byte, size)
-	}
-	if err := world.Bcast(b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // checkSet is rank 0's check of the leaders' DESTs against the set,

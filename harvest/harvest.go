@@ -258,7 +258,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		}
 	}
 	// Rank 0 (a leader, rank 0 of the leaders) tells every rank.
-	if out, err = bcastBytes(world, out, maxMsg); err != nil {
+	if out, err = broadcast.BcastBytes(world, out, maxMsg); err != nil {
 		return nil, commErr("outcome", err)
 	}
 	var res struct {

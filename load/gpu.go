@@ -79,7 +79,7 @@ func (l *leader) gpuFilter(group broadcast.Comm, set *bundle.OpenedSet) error {
 			table = nil
 		}
 	}
-	if table, err = bcastBytes(group, table); err != nil {
+	if table, err = broadcast.BcastBytes(group, table, maxTargetTable); err != nil {
 		return commErr("GPU architectures", err)
 	}
 	if !filters {
@@ -152,31 +152,6 @@ func decodeTargets(b []byte) map[string]string {
 		out[u] = a
 	}
 	return out
-}
-
-// bcastBytes sends rank 0's b, of any length, to every rank of group.
-func bcastBytes(group broadcast.Comm, b []byte) ([]byte, error) {
-	n := make([]byte, 8)
-	if group.Rank() == 0 {
-		binary.LittleEndian.PutUint64(n, uint64(len(b)))
-	}
-	if err := group.Bcast(n, 0); err != nil {
-		return nil, err
-	}
-	size := binary.LittleEndian.Uint64(n)
-	if size > maxTargetTable {
-		return nil, fmt.Errorf("a table of %d bytes", size)
-	}
-	if size == 0 {
-		return nil, nil
-	}
-	if group.Rank() != 0 {
-		b = make([]byte, size)
-	}
-	if err := group.Bcast(b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // filtered fills the summary with what this node's filter left out.
