@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kbundle/kbundle/broadcast"
 	. "github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
@@ -341,7 +340,7 @@ func TestBcastBytes(t *testing.T) {
 			if comm.Rank() == 0 {
 				b = c.b
 			}
-			out, err := broadcast.BcastBytes(comm, b, c.limit)
+			out, err := BcastBytes(comm, b, c.limit)
 			if err != nil {
 				return "error"
 			}
