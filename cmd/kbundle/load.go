@@ -263,6 +263,10 @@ func loadAction(c *cli.Context) error {
 		return err
 	}
 	if mpi.Enabled && (det.MPI || derr != nil) {
+		if det.MPI && det.LocalRank == 0 {
+			stop := opts.Prefetch() // runs while MPI_Init does (issue 31)
+			defer stop()
+		}
 		return l.withMPI(det, opts)
 	}
 	if det.MPI {

@@ -2,12 +2,15 @@ package hostinfo
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/bundle"
 )
@@ -74,5 +77,54 @@ func TestToolchain(t *testing.T) {
 	got, err = Toolchain(filepath.Join(dir, "no-python"), getenv, keys)
 	if !errors.Is(err, ErrNoPython) || got[bundle.MetaCXX] != cxx || got[bundle.MetaNumba] != "" {
 		t.Errorf("no python: %v, %v", got, err)
+	}
+}
+
+// A prefetched probe answers as Toolchain does, with only the keys
+// asked; a probe no longer needed is killed by Stop, not waited out, and
+// leaves no process behind.
+func TestPrefetch(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	site := t.TempDir()
+	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
+	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
+	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
+	getenv := func(k string) string { return env[k] }
+	keys := []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
+	want, werr := Toolchain("", getenv, keys)
+	pf := StartPrefetch("", getenv)
+	defer pf.Stop()
+	got, err := pf.Toolchain(keys)
+	if err != nil || werr != nil {
+		t.Fatal(err, werr)
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("prefetched %v, want %v", got, want)
+	}
+	if _, ok := got[bundle.MetaJAX]; ok {
+		t.Errorf("a key not asked for: %v", got)
+	}
+
+	// A Python that hangs: Stop kills it at once.
+	slow := filepath.Join(t.TempDir(), "python3")
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	os.WriteFile(slow, []byte("#!/bin/sh\necho $$ > "+pidFile+"\nexec sleep 60\n"), 0o755)
+	pf = StartPrefetch(slow, getenv)
+	var pid []byte
+	for i := 0; i < 500 && len(pid) == 0; i++ {
+		time.Sleep(10 * time.Millisecond)
+		pid, _ = os.ReadFile(pidFile)
+	}
+	start := time.Now()
+	pf.Stop()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop took %v", d)
+	}
+	if len(pid) > 0 {
+		if _, err := os.Stat("/proc/" + strings.TrimSpace(string(pid))); err == nil {
+			t.Errorf("probe %s still runs after Stop", strings.TrimSpace(string(pid)))
+		}
 	}
 }

@@ -92,16 +92,23 @@ var (
 // ErrNoPython, says why Python could not be asked; what else was read is
 // returned with it. MetaPythonPath is the interpreter asked, absolute.
 func Toolchain(python string, getenv func(string) string, keys []string) (map[string]string, error) {
+	return toolchain(keys, func(py []string, out map[string]string) error {
+		return askPython(context.Background(), python, getenv, py, out)
+	}, getenv)
+}
+
+// toolchain is Toolchain with Python's keys read by ask.
+func toolchain(keys []string, ask func(py []string, out map[string]string) error, getenv func(string) string) (map[string]string, error) {
 	out := map[string]string{}
 	var perr error
 	var py []string
 	for _, k := range keys {
-		if k == bundle.MetaPython || k == bundle.MetaTorchCUDA || distributions[k] != nil {
+		if pythonKey(k) {
 			py = append(py, k)
 		}
 	}
 	if len(py) > 0 {
-		perr = askPython(python, getenv, py, out)
+		perr = ask(py, out)
 	}
 	for _, k := range keys {
 		if _, done := out[k]; done {
@@ -131,8 +138,13 @@ func Toolchain(python string, getenv func(string) string, keys []string) (map[st
 	return out, perr
 }
 
-// askPython runs the probe with python for keys, into out.
-func askPython(python string, getenv func(string) string, keys []string, out map[string]string) error {
+// pythonKey: a key the probe reads by asking Python.
+func pythonKey(k string) bool {
+	return k == bundle.MetaPython || k == bundle.MetaTorchCUDA || distributions[k] != nil
+}
+
+// askPython runs the probe with python for keys, into out; ctx ends it.
+func askPython(ctx context.Context, python string, getenv func(string) string, keys []string, out map[string]string) error {
 	if python == "" {
 		python = "python3"
 	}
@@ -149,10 +161,11 @@ func askPython(python string, getenv func(string) string, keys []string, out map
 		}
 	}
 	arg, _ := json.Marshal(want)
-	ctx, cancel := context.WithTimeout(context.Background(), pythonTimeout)
+	ctx, cancel := context.WithTimeout(ctx, pythonTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "-c", probeScript, string(arg))
 	cmd.Env = environ(getenv)
+	cmd.SysProcAttr = dieWithParent()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()

@@ -149,7 +149,18 @@ type Options struct {
 	Progress func(done, total int64)
 	plan     load.Plan // all but Dest, GuessableDest
 	dest     string    // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
+	python   string    // the interpreter the toolchain probe asks
 	getenv   func(string) string
+}
+
+// Prefetch starts the toolchain probe now, in the background, for a
+// task that will likely lead its node (its launcher says local rank 0),
+// so that it runs while MPI starts (hostinfo.Prefetch); stop ends it.
+// A task that does not lead never waits for it.
+func (o *Options) Prefetch() (stop func()) {
+	pf := hostinfo.StartPrefetch(o.python, o.getenv)
+	o.plan.Toolchain = pf.Toolchain
+	return pf.Stop
 }
 
 // Presets are the presets asked for (none: the bundle's recorded ones).
@@ -186,6 +197,7 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 		python = o.getenv("KBUNDLE_PYTHON")
 	}
 	getenv := o.getenv
+	o.python = python
 	p.Toolchain = func(keys []string) (map[string]string, error) { return hostinfo.Toolchain(python, getenv, keys) }
 	names := r.Presets
 	if v := o.getenv("KBUNDLE_PRESET"); names == nil && v != "" {
