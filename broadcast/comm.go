@@ -72,3 +72,24 @@ func (selfComm) Barrier() error                                  { return nil }
 func (selfComm) SplitShared() (NodeComm, error)                  { return selfComm{}, nil }
 func (selfComm) Split(int, int) (NodeComm, error)                { return selfComm{}, nil }
 func (selfComm) Free() error                                     { return nil }
+
+// AllreduceInts combines each element of v from every rank of c with op,
+// in place: in one collective where c has AllreduceInt64s (*mpi.Comm and
+// the communicators of FromMPI do), else one AllreduceInt64 per element.
+// Folding a summary's counts into one call saves a network round trip per
+// count (issue 31).
+func AllreduceInts(c Comm, v []int64, op mpi.Op) error {
+	if vc, ok := c.(interface {
+		AllreduceInt64s([]int64, mpi.Op) error
+	}); ok {
+		return vc.AllreduceInt64s(v, op)
+	}
+	for i, x := range v {
+		r, err := c.AllreduceInt64(x, op)
+		if err != nil {
+			return err
+		}
+		v[i] = r
+	}
+	return nil
+}

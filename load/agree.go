@@ -1,10 +1,13 @@
 package load
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
@@ -32,55 +35,57 @@ const maxPresetList = 1024
 // share gives every rank what the leaders know: sizes, timings, the
 // presets in use, how many nodes differ from the warm-up machine (or
 // could not tell), and how many filtered GPU architectures.
+//
+// The counts go in two collectives, one of maxima and one of sums, not one
+// per count: each is a round trip at scale (issue 31).
 func (l *leader) share() error {
 	s := l.sum
-	vals := make([]*int64, 10)
-	for i := range vals {
-		vals[i] = new(int64)
-	}
-	flag := func(v *int64, b bool) {
+	flag := func(b bool) int64 {
 		if b {
-			*v = 1
+			return 1
 		}
+		return 0
 	}
+	var most [7]int64 // the largest of the leaders' (rank 0's, for the last two)
+	var sum [5]int64  // node counts
 	if s.Leader {
-		*vals[0], *vals[1], *vals[2] = int64(s.Entries), s.Bytes, s.RawBytes
-		*vals[3] = int64(l.extract)
-		*vals[4] = int64(l.stats.Bcast)
-		flag(vals[5], len(s.MismatchKeys) > 0)
-		flag(vals[7], s.ToolchainError != "" || len(s.NotHere) > 0)
-		flag(vals[8], s.Skipped > 0)
-		flag(vals[9], l.allArchs && !s.AlreadyInstalled)
+		most = [7]int64{int64(s.Entries), s.Bytes, s.RawBytes, int64(l.extract), int64(l.stats.Bcast)}
+		sum = [5]int64{flag(len(s.MismatchKeys) > 0), flag(s.ToolchainError != "" || len(s.NotHere) > 0),
+			flag(s.Skipped > 0), flag(l.allArchs && !s.AlreadyInstalled), flag(s.AlreadyInstalled)}
 	}
-	flag(vals[6], s.Missing) // rank 0's
-	ops := []mpi.Op{mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Max, mpi.Sum, mpi.Max, mpi.Sum, mpi.Sum, mpi.Sum}
-	for i, v := range vals {
-		r, err := l.world.AllreduceInt64(*v, ops[i])
-		if err != nil {
-			return commErr("summary", err)
-		}
-		*v = r
+	most[5], most[6] = flag(s.Missing), int64(l.stats.Read) // rank 0's; 0 elsewhere
+	if l.world.Rank() != 0 {
+		most[5], most[6] = 0, 0
 	}
-	s.Entries, s.Bytes, s.RawBytes = int(*vals[0]), *vals[1], *vals[2]
-	s.Extract, s.Bcast = time.Duration(*vals[3]), time.Duration(*vals[4])
-	s.MismatchNodes = int(*vals[5])
-	s.Missing = *vals[6] == 1
-	s.UnknownNodes, s.SkippedNodes, s.AllArchNodes = int(*vals[7]), int(*vals[8]), int(*vals[9])
-	read, err := l.world.AllreduceInt64(int64(l.stats.Read), mpi.Max) // rank 0's
-	if err != nil {
+	if err := broadcast.AllreduceInts(l.world, most[:], mpi.Max); err != nil {
 		return commErr("summary", err)
 	}
-	s.Read = time.Duration(read)
-
-	// The presets: rank 0's choice (it may come from the bundle).
-	buf := make([]byte, maxPresetList)
-	if l.world.Rank() == 0 {
-		copy(buf, warmup.PresetNames(l.presets))
+	if err := broadcast.AllreduceInts(l.world, sum[:], mpi.Sum); err != nil {
+		return commErr("summary", err)
 	}
-	if err := l.world.Bcast(buf, 0); err != nil {
+	s.Entries, s.Bytes, s.RawBytes = int(most[0]), most[1], most[2]
+	s.Extract, s.Bcast = time.Duration(most[3]), time.Duration(most[4])
+	s.Missing, s.Read = most[5] == 1, time.Duration(most[6])
+	s.MismatchNodes, s.UnknownNodes, s.SkippedNodes, s.AllArchNodes = int(sum[0]), int(sum[1]), int(sum[2]), int(sum[3])
+	s.InstalledNodes = int(sum[4])
+
+	// Rank 0's content digest of the set, and its presets (they may come
+	// from the bundle): the digest's 16 bytes, then the names.
+	var buf []byte
+	if l.world.Rank() == 0 {
+		buf = append(slices.Clone(l.content[:]), warmup.PresetNames(l.presets)...) // not l.content itself: cgo refuses a pointer into a struct of pointers
+	}
+	buf, err := broadcast.BcastBytes(l.world, buf, uint64(len(bundle.Digest{}))+maxPresetList)
+	if err != nil {
 		return commErr("presets", err)
 	}
-	names := strings.TrimRight(string(buf), "\x00")
+	if len(buf) < len(bundle.Digest{}) {
+		return commErr("presets", fmt.Errorf("rank 0 sent %d bytes, fewer than a digest", len(buf)))
+	}
+	var d bundle.Digest
+	copy(d[:], buf)
+	s.ContentDigest = bundle.FormatDigest(d)
+	names := string(buf[len(d):])
 	if names != "" {
 		s.Presets = strings.Split(names, ",")
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
 )
 
@@ -195,29 +194,4 @@ func holds(dest string, want bundle.Digest, presets string, force bool, target f
 	}
 	t := target()
 	return t == "" || rec.Filter == filterName(t), nil
-}
-
-// shareHeld gives every rank the set's content digest and the number of
-// nodes that already held it.
-func (l *leader) shareHeld() error {
-	buf := make([]byte, 16)
-	if l.world.Rank() == 0 {
-		copy(buf, l.content[:])
-	}
-	if err := l.world.Bcast(buf, 0); err != nil {
-		return commErr("content digest", err)
-	}
-	var d bundle.Digest
-	copy(d[:], buf)
-	l.sum.ContentDigest = bundle.FormatDigest(d)
-	var mine int64
-	if l.sum.AlreadyInstalled {
-		mine = 1
-	}
-	n, err := l.world.AllreduceInt64(mine, mpi.Sum)
-	if err != nil {
-		return commErr("content digest", err)
-	}
-	l.sum.InstalledNodes = int(n)
-	return nil
 }

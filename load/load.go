@@ -301,9 +301,6 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if err := l.share(); err != nil {
 		return nil, err
 	}
-	if err := l.shareHeld(); err != nil {
-		return nil, err
-	}
 	env, err := warmup.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {
 		return nil, err

@@ -180,6 +180,23 @@ int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op) {
 	return MPI_Allreduce(&in, out, 1, MPI_INT64_T, o, c);
 }
 
+int kb_allreduce_i64s(int h, int64_t *buf, int n, int op) {
+	MPI_Comm c;
+	MPI_Op o;
+	int rc = get(h, &c);
+	if (rc != MPI_SUCCESS) {
+		return rc;
+	}
+	switch (op) {
+	case 0: o = MPI_MIN; break;
+	case 1: o = MPI_MAX; break;
+	case 2: o = MPI_SUM; break;
+	case 3: o = MPI_BOR; break;
+	default: return MPI_ERR_OP;
+	}
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_INT64_T, o, c);
+}
+
 // adopt sets MPI_ERRORS_RETURN on a new communicator and stores it;
 // MPI_COMM_NULL gives *newh = -1.
 static int adopt(MPI_Comm n, int *newh) {

@@ -27,6 +27,7 @@ int kb_bcast(int h, void *buf, int count, int root);
 int kb_send(int h, void *buf, int count, int dest, int tag);
 int kb_recv(int h, void *buf, int count, int src, int tag);
 int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op);
+int kb_allreduce_i64s(int h, int64_t *buf, int n, int op);
 int kb_split(int h, int color, int key, int *newh);
 int kb_split_shared(int h, int key, int *newh);
 int kb_free(int h);

@@ -301,6 +301,26 @@ func (c *Comm) AllreduceInt64(v int64, op Op) (int64, error) {
 	return int64(out), err
 }
 
+// AllreduceInt64s combines each element of v from every rank of c with op,
+// in place: one MPI_Allreduce for the lot.
+func (c *Comm) AllreduceInt64s(v []int64, op Op) error {
+	if err := c.check("MPI_Allreduce"); err != nil {
+		return err
+	}
+	if err := checkOp(op); err != nil {
+		return err
+	}
+	if len(v) == 0 {
+		return nil
+	}
+	if len(v) > MaxCount {
+		return fmt.Errorf("mpi: MPI_Allreduce: %d values, at most %d", len(v), MaxCount)
+	}
+	return call("MPI_Allreduce", func() C.int {
+		return C.kb_allreduce_i64s(C.int(c.h), (*C.int64_t)(unsafe.Pointer(unsafe.SliceData(v))), C.int(len(v)), C.int(op))
+	})
+}
+
 // Split partitions c by color (>= 0, or Undefined) and orders each part
 // by key, then rank (MPI_Comm_split). A rank with color Undefined gets a
 // nil *Comm and a nil error.

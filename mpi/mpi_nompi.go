@@ -110,6 +110,14 @@ func (c *Comm) AllreduceInt64(v int64, op Op) (int64, error) {
 	return v, nil
 }
 
+// AllreduceInt64s leaves v as it is.
+func (c *Comm) AllreduceInt64s(v []int64, op Op) error {
+	if err := c.check("MPI_Allreduce"); err != nil {
+		return err
+	}
+	return checkOp(op)
+}
+
 // Split returns a new one-rank communicator, or nil for color Undefined.
 func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err := c.check("MPI_Comm_split"); err != nil {

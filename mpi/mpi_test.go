@@ -111,6 +111,12 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("AllreduceInt64 %v: %d %v", op, v, err)
 		}
 	}
+	if v := []int64{7, -1 << 40}; w.AllreduceInt64s(v, Sum) != nil || v[0] != 7 || v[1] != -1<<40 {
+		t.Errorf("AllreduceInt64s: %v", v)
+	}
+	if err := w.AllreduceInt64s([]int64{1}, Op(9)); err == nil {
+		t.Error("AllreduceInt64s op 9: no error")
+	}
 	node, err := w.SplitShared()
 	if err != nil || node.Size() != 1 || node.Rank() != 0 {
 		t.Fatalf("SplitShared: %v", err)

@@ -6,6 +6,7 @@ package broadcasttest
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/kbundle/kbundle/broadcast"
@@ -62,6 +63,16 @@ type Comm struct {
 	// from a broadcast (to simulate a damaged transfer); communicators
 	// split from this one inherit it.
 	Corrupt func([]byte)
+	// Trace, when set, is called with the name of every collective this
+	// rank enters ("bcast", "allreduce", "barrier", "split") and the
+	// bytes it carries; communicators split from this one inherit it.
+	Trace func(op string, bytes int)
+}
+
+func (c *Comm) trace(op string, n int) {
+	if c.Trace != nil {
+		c.Trace(op, n)
+	}
 }
 
 // World returns one communicator per rank; nodes[i] is rank i's node
@@ -88,6 +99,7 @@ type bcastIn struct {
 
 // Bcast is MPI_Bcast.
 func (c *Comm) Bcast(buf []byte, root int) error {
+	c.trace("bcast", len(buf))
 	out := c.g.collective(c.rank, bcastIn{buf, root}, func(in []any) []any {
 		res := make([]any, len(in))
 		r := in[0].(bcastIn).root
@@ -124,6 +136,7 @@ func (c *Comm) Bcast(buf []byte, root int) error {
 
 // AllreduceInt64 is MPI_Allreduce of one int64.
 func (c *Comm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
+	c.trace("allreduce", 8)
 	out := c.g.collective(c.rank, v, func(in []any) []any {
 		acc := in[0].(int64)
 		for _, x := range in[1:] {
@@ -148,8 +161,39 @@ func (c *Comm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 	return out.(int64), nil
 }
 
+// AllreduceInt64s is MPI_Allreduce of len(v) int64s, in place: one
+// collective.
+func (c *Comm) AllreduceInt64s(v []int64, op mpi.Op) error {
+	c.trace("allreduce", 8*len(v))
+	out := c.g.collective(c.rank, slices.Clone(v), func(in []any) []any {
+		acc := slices.Clone(in[0].([]int64))
+		for _, x := range in[1:] {
+			for i, y := range x.([]int64) {
+				switch op {
+				case mpi.Min:
+					acc[i] = min(acc[i], y)
+				case mpi.Max:
+					acc[i] = max(acc[i], y)
+				case mpi.Sum:
+					acc[i] += y
+				case mpi.Bor:
+					acc[i] |= y
+				}
+			}
+		}
+		res := make([]any, len(in))
+		for i := range res {
+			res[i] = acc
+		}
+		return res
+	})
+	copy(v, out.([]int64))
+	return nil
+}
+
 // Barrier is MPI_Barrier.
 func (c *Comm) Barrier() error {
+	c.trace("barrier", 0)
 	c.g.collective(c.rank, nil, func(in []any) []any { return make([]any, len(in)) })
 	return nil
 }
@@ -157,6 +201,7 @@ func (c *Comm) Barrier() error {
 type splitIn struct{ color, key int }
 
 func (c *Comm) split(color, key int) (broadcast.NodeComm, error) {
+	c.trace("split", 0)
 	out := c.g.collective(c.rank, splitIn{color, key}, func(in []any) []any {
 		res := make([]any, len(in))
 		groups := map[int][]int{} // color -> members in (key, rank) order
@@ -183,7 +228,7 @@ func (c *Comm) split(color, key int) (broadcast.NodeComm, error) {
 		return res
 	})
 	n := out.(*Comm)
-	n.Corrupt = c.Corrupt
+	n.Corrupt, n.Trace = c.Corrupt, c.Trace
 	return n, nil
 }
 

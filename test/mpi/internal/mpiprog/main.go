@@ -117,6 +117,34 @@ func main() {
 		failf("allreduce bor = %d, %v; want %d", got, err, int64(1<<n-1))
 	}
 
+	// The same, as one all-reduce of a vector: each element by op.
+	for _, op := range []mpi.Op{mpi.Min, mpi.Max, mpi.Sum} {
+		v := []int64{base + int64(rank), -base - int64(rank), int64(rank)}
+		must("allreduce vector "+op.String(), w.AllreduceInt64s(v, op))
+		for i, x := range []int64{base, -base, 0} {
+			var want int64
+			for r := range n {
+				y := x + int64(r)
+				if i == 1 {
+					y = x - int64(r)
+				}
+				switch {
+				case r == 0:
+					want = y
+				case op == mpi.Min:
+					want = min(want, y)
+				case op == mpi.Max:
+					want = max(want, y)
+				default:
+					want += y
+				}
+			}
+			if v[i] != want {
+				failf("allreduce vector %v [%d] = %d, want %d", op, i, v[i], want)
+			}
+		}
+	}
+
 	// Shared-memory split: one node here, so the same ranks as the world.
 	node, err := w.SplitShared()
 	must("split shared", err)
