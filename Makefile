@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start
 
 all: build
 
@@ -97,6 +97,11 @@ bench-nodes: build
 # docs/PERFORMANCE.md, "Harvest".
 bench-harvest: build
 	scripts/bench/harvest.sh
+
+# B1, the fixed cost of a load against MPI's own start, on 3 nodes at 1
+# and 4 ranks per node (docs/PERFORMANCE.md, "The fixed cost of a load").
+bench-start: build
+	scripts/bench/start.sh
 
 clean:
 	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info
