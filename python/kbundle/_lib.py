@@ -11,7 +11,7 @@ import re
 import stat
 import threading
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._errors import KbundleMPIError, KbundleUsageError
 
@@ -162,8 +162,47 @@ def library(found: str, version: str) -> ctypes.CDLL:
                 "hint: use the libkbundle built with the mpicc of the MPI that mpi4py was built with"
                 + (" (unset KBUNDLE_LIBRARY)" if os.environ.get("KBUNDLE_LIBRARY") else ""),
             )
+        if hasattr(lib, "kbundle_set_probe"):
+            lib.kbundle_set_probe.argtypes = [_PROBE_FN]
+            lib.kbundle_set_probe.restype = None
+            lib.kbundle_set_probe(_probe_fn)
         _loaded, _loaded_path, _loaded_abi = lib, str(path), built
         return lib
+
+
+#: long long probe(const char *script, const char *want, char *out, long long cap):
+#: libkbundle's kb_probe_fn (cmd/libkbundle/probe.go).
+_PROBE_FN = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_longlong)
+
+
+def _probe(script: bytes, want: bytes, out: int, cap: int) -> int:
+    """The toolchain probe (Go's hostinfo.ProbeScript) run in this
+    interpreter: load compares this process's own Python and packages
+    with the warm-up's without starting another python3 (0.1-0.3 s; issue
+    31). libkbundle calls it on a node's leader only, when the bundle's
+    rules compare a Python key. Its JSON answer goes to out; -1 if it
+    failed, -n if it needs n bytes."""
+    try:
+        answer = _run_probe(script, want)
+    except Exception:
+        return -1
+    if len(answer) > cap:
+        return -len(answer)
+    ctypes.memmove(out, answer, len(answer))
+    return len(answer)
+
+
+def _run_probe(script: bytes, want: bytes) -> bytes:
+    """Runs the probe's script (Go's, trusted like the library) and
+    returns its answer to want as JSON."""
+    import json
+
+    ns: Dict[str, Any] = {"__name__": "kbundle_probe"}
+    exec(compile(script.decode(), "<kbundle toolchain probe>", "exec"), ns)
+    return json.dumps(ns["probe"](json.loads(want))).encode()
+
+
+_probe_fn = _PROBE_FN(_probe)  # kept for as long as the library is loaded
 
 
 _MAX_LINKS = 40  # symlinks followed while resolving one path, as the kernel's (bundle/trust.go maxLinks)

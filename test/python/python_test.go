@@ -185,6 +185,13 @@ func fixtures(t *testing.T) []string {
 		Host: map[string]string{"host.os": "linux", "host.cpu_model": "Imaginary CPU 9000"}}); err != nil {
 		t.Fatal(err)
 	}
+	// Warmed with another Python: the Numba preset's rule compares it
+	// with this interpreter's, which load_bundle reads in process.
+	oldPython := filepath.Join(store, "oldpython.kbundle")
+	if _, err := bundle.Pack(context.Background(), tree, oldPython, &bundle.PackOptions{Preset: "numba",
+		Host: map[string]string{bundle.MetaPython: "2.7.18"}}); err != nil {
+		t.Fatal(err)
+	}
 	b, err := os.ReadFile(good)
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +217,7 @@ func fixtures(t *testing.T) []string {
 	return []string{
 		"KBUNDLE_PYTEST_TREE=" + tree, "KBUNDLE_PYTEST_BUNDLE=" + good, "KBUNDLE_PYTEST_DAMAGED=" + damaged,
 		"KBUNDLE_PYTEST_UNTRUSTED=" + untrusted, "KBUNDLE_PYTEST_WORK=" + work, "KBUNDLE_PYTEST_FOREIGN=" + foreign,
+		"KBUNDLE_PYTEST_OLDPYTHON=" + oldPython,
 	}
 }
 

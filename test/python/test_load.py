@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -41,6 +42,7 @@ BUNDLE = Path(os.environ["KBUNDLE_PYTEST_BUNDLE"])
 DAMAGED = Path(os.environ["KBUNDLE_PYTEST_DAMAGED"])
 UNTRUSTED = Path(os.environ["KBUNDLE_PYTEST_UNTRUSTED"])
 FOREIGN = Path(os.environ["KBUNDLE_PYTEST_FOREIGN"])
+OLDPYTHON = Path(os.environ["KBUNDLE_PYTEST_OLDPYTHON"])
 WORK = Path(os.environ["KBUNDLE_PYTEST_WORK"])
 VARIANT = os.environ["KBUNDLE_PYTEST_VARIANT"]
 
@@ -166,6 +168,29 @@ def test_warmed_on_another_machine() -> None:
         text = str(warned[0].message)
         # One line for the nodes that differ alike, named in hostlist form.
         assert f"{socket.gethostname()} differs from the machine the cache was warmed on (host.cpu_model: warmed on" in text
+
+
+def test_toolchain_read_in_process(monkeypatch: Any) -> None:
+    # The Numba preset compares Python's version: load_bundle reads this
+    # interpreter's in process, on each node's leader only, and starts no
+    # python3 for it (issue 31).
+    from kbundle import _lib
+
+    calls: List[bytes] = []
+    run = _lib._run_probe
+    def counted(script: bytes, want: bytes) -> bytes:
+        calls.append(want)
+        return run(script, want)
+
+    monkeypatch.setattr(_lib, "_run_probe", counted)
+    res, _ = collect(lambda: load_bundle(COMM, bundle=OLDPYTHON, dest=dest_for("oldpython")))
+    assert res.ok and res.mismatch_nodes == res.nodes
+    here = "%d.%d.%d" % sys.version_info[:3]
+    if res.leader:
+        assert res.mismatch_keys == (f'toolchain.python: warmed on "2.7.18", here "{here}"',)
+        assert len(calls) == 1  # one probe, in this interpreter
+    else:
+        assert calls == []
 
 
 def test_defaults_from_environment() -> None:

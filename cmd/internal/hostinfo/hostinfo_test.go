@@ -128,3 +128,38 @@ func TestPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// InProcess reads what Toolchain reads, through the caller's call of
+// ProbeScript's probe (here a python3 that imports the script and calls
+// probe, as the Python package does in its own interpreter); a call that
+// fails is ErrNoPython, with the other keys still read.
+func TestInProcess(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	site := t.TempDir()
+	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
+	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
+	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
+	getenv := func(k string) string { return env[k] }
+	keys := []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
+	want, err := Toolchain(py, getenv, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(script string, arg []byte) ([]byte, error) {
+		cmd := exec.Command(py, "-c", "import json, sys\nns = {'__name__': 'kbundle_probe'}\nexec(sys.argv[1], ns)\nprint(json.dumps(ns['probe'](json.loads(sys.argv[2]))))", script, string(arg))
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+site)
+		return cmd.Output()
+	}
+	got, err := InProcess(call, py, getenv)(keys)
+	if err != nil || !maps.Equal(got, want) {
+		t.Errorf("in process: %v, %v; want %v", got, err, want)
+	}
+	fail := func(string, []byte) ([]byte, error) { return nil, errors.New("boom") }
+	got, err = InProcess(fail, py, getenv)(keys)
+	if !errors.Is(err, ErrNoPython) || !strings.Contains(err.Error(), "boom") || got[bundle.MetaCXX] != "true" {
+		t.Errorf("failing call: %v, %v", got, err)
+	}
+}

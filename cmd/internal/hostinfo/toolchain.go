@@ -42,36 +42,39 @@ var distributions = map[string][]string{
 	bundle.MetaCUDARuntime: {"nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime"},
 }
 
-// probeScript prints, as one JSON object, the Python version and the
-// versions of the distributions named in its argument (a JSON object:
-// key → names), and torch.version.cuda read from torch/version.py, all
-// without importing a framework.
-const probeScript = `import json, sys
-want = json.loads(sys.argv[1])
-out = {"toolchain.python": "%d.%d.%d" % tuple(sys.version_info[:3])}
-try:
-    from importlib import metadata
-except ImportError:
-    metadata = None
-for key, names in want.items():
-    for name in names:
+// ProbeScript defines probe(want): the Python version and the versions of
+// the distributions named in want (key → names), and torch.version.cuda
+// read from torch/version.py, all without importing a framework. Run as
+// a program, it prints probe(json.loads(sys.argv[1])) as one JSON object;
+// the Python package runs probe in its own interpreter instead (InProcess).
+const ProbeScript = `import json, sys
+def probe(want):
+    out = {"toolchain.python": "%d.%d.%d" % tuple(sys.version_info[:3])}
+    try:
+        from importlib import metadata
+    except ImportError:
+        metadata = None
+    for key, names in want.items():
+        for name in names:
+            try:
+                out[key] = metadata.version(name)
+                break
+            except Exception:
+                pass
+    if "toolchain.torch_cuda" in want:
         try:
-            out[key] = metadata.version(name)
-            break
+            import importlib.util, os, re
+            spec = importlib.util.find_spec("torch")
+            if spec and spec.submodule_search_locations:
+                with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
+                    m = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+                if m:
+                    out["toolchain.torch_cuda"] = m.group(1)
         except Exception:
             pass
-if "toolchain.torch_cuda" in want:
-    try:
-        import importlib.util, os, re
-        spec = importlib.util.find_spec("torch")
-        if spec and spec.submodule_search_locations:
-            with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
-                m = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
-            if m:
-                out["toolchain.torch_cuda"] = m.group(1)
-    except Exception:
-        pass
-print(json.dumps(out))
+    return out
+if __name__ == "__main__":
+    print(json.dumps(probe(json.loads(sys.argv[1]))))
 `
 
 // Timeouts of the probes: a Python on a cold network file system takes a
@@ -152,18 +155,10 @@ func askPython(ctx context.Context, python string, getenv func(string) string, k
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNoPython, python, err)
 	}
-	want := map[string][]string{}
-	for _, k := range keys {
-		if names := distributions[k]; names != nil {
-			want[k] = names
-		} else if k == bundle.MetaTorchCUDA {
-			want[k] = []string{}
-		}
-	}
-	arg, _ := json.Marshal(want)
+	arg := probeWant(keys)
 	ctx, cancel := context.WithTimeout(ctx, pythonTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, "-c", probeScript, string(arg))
+	cmd := exec.CommandContext(ctx, path, "-c", ProbeScript, string(arg))
 	cmd.Env = environ(getenv)
 	cmd.SysProcAttr = dieWithParent()
 	var stderr bytes.Buffer
@@ -179,17 +174,61 @@ func askPython(ctx context.Context, python string, getenv func(string) string, k
 		}
 		return fmt.Errorf("%w: %s: %v", ErrNoPython, path, err)
 	}
+	if err := probeAnswer(b, keys, out); err != nil {
+		return fmt.Errorf("%w: %s printed no versions: %v", ErrNoPython, path, err)
+	}
+	out[bundle.MetaPythonPath] = path
+	return nil
+}
+
+// probeWant is the probe's argument for keys: key → distribution names.
+func probeWant(keys []string) []byte {
+	want := map[string][]string{}
+	for _, k := range keys {
+		if names := distributions[k]; names != nil {
+			want[k] = names
+		} else if k == bundle.MetaTorchCUDA {
+			want[k] = []string{}
+		}
+	}
+	arg, _ := json.Marshal(want)
+	return arg
+}
+
+// probeAnswer copies the probe's answer b, for the keys asked, into out.
+func probeAnswer(b []byte, keys []string, out map[string]string) error {
 	var got map[string]string
 	if err := json.Unmarshal(bytes.TrimSpace(b), &got); err != nil {
-		return fmt.Errorf("%w: %s printed no versions: %v", ErrNoPython, path, err)
+		return err
 	}
 	for k, v := range got {
 		if slices.Contains(keys, k) && v != "" {
 			out[k] = v
 		}
 	}
-	out[bundle.MetaPythonPath] = path
 	return nil
+}
+
+// InProcess is Toolchain with Python's keys read by call, which runs
+// ProbeScript's probe on want in the caller's own interpreter (python,
+// its sys.executable): no child is started, so the Python front end's
+// load pays no interpreter start (issue 31). call's error, or an answer
+// that is not the probe's, is said as Toolchain says a Python it cannot
+// run.
+func InProcess(call func(script string, want []byte) ([]byte, error), python string, getenv func(string) string) func(keys []string) (map[string]string, error) {
+	return func(keys []string) (map[string]string, error) {
+		return toolchain(keys, func(py []string, out map[string]string) error {
+			b, err := call(ProbeScript, probeWant(py))
+			if err == nil {
+				err = probeAnswer(b, py, out)
+			}
+			if err != nil {
+				return fmt.Errorf("%w: %s (in process): %v", ErrNoPython, python, err)
+			}
+			out[bundle.MetaPythonPath] = python
+			return nil
+		}, getenv)
+	}
 }
 
 // environ is the environment of a probe: getenv's PATH, HOME,

@@ -163,6 +163,14 @@ func (o *Options) Prefetch() (stop func()) {
 	return pf.Stop
 }
 
+// ProbeInProcess reads Python's versions with call, which runs the probe
+// in the calling interpreter (hostinfo.InProcess): the Python front end's
+// load starts no child for them. Only where the interpreter compared is
+// the caller's own (load_bundle's default).
+func (o *Options) ProbeInProcess(call func(script string, want []byte) ([]byte, error)) {
+	o.plan.Toolchain = hostinfo.InProcess(call, o.python, o.getenv)
+}
+
 // Presets are the presets asked for (none: the bundle's recorded ones).
 func (o Options) Presets() []*warmup.Preset { return o.plan.Presets }
 
