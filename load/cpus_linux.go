@@ -13,16 +13,20 @@ import (
 )
 
 // nodeCPUs returns the union of the CPU affinity masks of node's ranks;
-// it is collective over node. A rank whose mask cannot be read adds none.
+// it is collective over node: one all-reduce of the mask's words. A rank
+// whose mask cannot be read adds none.
 func nodeCPUs(node broadcast.NodeComm) (unix.CPUSet, error) {
 	var mine, all unix.CPUSet
 	_ = unix.SchedGetaffinity(0, &mine)
 	const bits = 64 // unix.CPUSet's words
-	for i := range mine {
-		v, err := node.AllreduceInt64(int64(mine[i]), mpi.Bor)
-		if err != nil {
-			return all, err
-		}
+	words := make([]int64, len(mine))
+	for i, w := range mine {
+		words[i] = int64(w)
+	}
+	if err := broadcast.AllreduceInts(node, words, mpi.Bor); err != nil {
+		return all, err
+	}
+	for i, v := range words {
 		for b := range bits {
 			if uint64(v)>>b&1 == 1 {
 				all.Set(i*bits + b)
