@@ -63,6 +63,25 @@ var table = []*Preset{
 		Notes: []string{"includes the triton preset: TRITON_CACHE_DIR points at DIR/triton (Inductor would otherwise put it under its own cache dir)"},
 	},
 	{
+		Name:      "mega-cache",
+		Aliases:   []string{"megacache", "torch-mega-cache"},
+		Framework: "PyTorch Mega-Cache (torch.compiler.save_cache_artifacts)",
+		Subdir:    "mega-cache",
+		Vars: []Var{
+			{Name: "KBUNDLE_MEGA_CACHE_DIR", Value: "mega-cache", Dir: true,
+				Source: "PyTorch tutorial \"Compile Time Caching in torch.compile\", Mega-Cache (docs.pytorch.org/tutorials/recipes/torch_compile_caching_tutorial.html); the variable is kbundle's own",
+				Doc:    "the folder of torch.compiler.save_cache_artifacts() blobs (one file per blob, named by its SHA-256): load_bundle hot-loads them, harvest() writes the job's"},
+		},
+		Misses: []string{
+			"a blob holds the caches' entries with their own keys (FX graph, AOTAutograd, autotuning): PyTorch version, Python version, GPU model and Triton version are part of them",
+			"torch.compiler.load_cache_artifacts fills the caches; the job still needs the same code, shapes and configuration to hit them",
+		},
+		Notes: []string{
+			"only the Python API uses the blobs: load_bundle calls torch.compiler.load_cache_artifacts on each blob after the load, and harvest() first writes the job's torch.compiler.save_cache_artifacts() into DEST (docs/python.md, Mega-Cache)",
+			"portable: the blobs name no path, so the Inductor directory may be empty, anywhere",
+		},
+	},
+	{
 		Name:      "jax",
 		Framework: "JAX",
 		Subdir:    "jax",

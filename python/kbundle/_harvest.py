@@ -9,7 +9,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
-from . import _load
+from . import _load, _megacache
 from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
 from ._load import PathArg, _lines, call, failure, path, seconds
 
@@ -146,8 +146,18 @@ def harvest(
     whatever strict says.
     """
     given = (path("bundle", bundle), path("dest", dest))
+    blobs_to = given[1] or (_load._last_result[0] if _load._last_result else "")
     if given == ("", "") and _load._last_load is not None:
         given = _load._last_load  # what load_bundle() was given in this process
+    if _load._last_result is not None and _megacache.wanted(_load._last_result[1]) and blobs_to and not dry_run:
+        # Every rank's Mega-Cache blob goes into DEST before any node
+        # leader looks at it; a rank that cannot write its blob still
+        # reaches the barrier (the others wait there), and says why.
+        try:
+            _megacache.save(blobs_to)
+        except Exception as e:
+            warnings.warn(f"kbundle: cannot save this rank's Mega-Cache blob: {e}", KbundleWarning, stacklevel=2)
+        comm.Barrier()
     req: Dict[str, Any] = {
         "bundle": given[0],
         "dest": given[1],

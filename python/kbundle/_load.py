@@ -10,12 +10,13 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-from . import _frameworks, _lib
+from . import _frameworks, _lib, _megacache
 from ._errors import (
     BundleUnusableError,
     KbundleError,
@@ -77,6 +78,9 @@ class LoadResult:
     empty_presets: Tuple[str, ...] = ()
     #: The variables set in os.environ, pointing the frameworks at dest.
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    #: PyTorch Mega-Cache blobs given to torch.compiler.load_cache_artifacts
+    #: after the load (the mega-cache preset; 0 without it).
+    mega_cache_blobs: int = 0
     #: Nodes that differ from the machine the cache was warmed on (kernels
     #: may miss there), and how this node differs (leaders): one
     #: "key: warmed on X, here Y" item a key.
@@ -168,7 +172,7 @@ def load_bundle(
     rank0 = comm.Get_rank() == 0
     if not out.get("ok"):
         return _failure(out, strict, rank0)
-    global _last_load
+    global _last_load, _last_result
     _last_load = (req["bundle"], req["dest"])
     env = dict(kv.split("=", 1) for kv in out.get("env") or [] if "=" in kv)
     for k, v in env.items():
@@ -202,6 +206,9 @@ def load_bundle(
         missing_set=bool(out.get("missing_set", False)),
         warnings=tuple(out.get("warnings") or ()),
     )
+    _last_result = (res.dest, res.presets)
+    if _megacache.wanted(res.presets):
+        res = dataclasses.replace(res, mega_cache_blobs=_megacache.hot_load(res.dest))
     if rank0:
         for msg in late:
             warnings.warn(f"kbundle: {_unlabelled(msg)}", KbundleWarning, stacklevel=2)
@@ -236,6 +243,10 @@ def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dic
 #: was given ("": not given), which harvest() reuses when given neither
 #: (U36).
 _last_load: Optional[Tuple[str, str]] = None
+
+#: The DEST and presets of the last successful load_bundle(): harvest()
+#: writes the Mega-Cache blob there first (mega-cache preset).
+_last_result: Optional[Tuple[str, Tuple[str, ...]]] = None
 
 
 def _request(

@@ -2,11 +2,13 @@ package pythontest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -552,5 +554,75 @@ for call in (lambda: kbundle.load_bundle(MPI.COMM_WORLD, bundle="/nonexistent.kb
 	want := "raised: kbundle: mpi4py runs on Open MPI (libmpi.so.40), but this job runs under Hydra (MPICH) (2 tasks)"
 	if code != 0 || strings.Count(so, want) != 4 || strings.Contains(so, "not refused") {
 		t.Errorf("exit %d, want 4 times %q\nstdout:\n%s\nstderr:\n%s", code, want, so, se)
+	}
+}
+
+// TestMegaCache: PyTorch's Mega-Cache through the mega-cache preset, on
+// CPU Inductor under mpirun -np 2 (megacache_prog.py). The first job has
+// no set: it compiles cold, and harvest() writes each rank's
+// torch.compiler.save_cache_artifacts() blob into DEST and the set. The
+// second job loads the set into another DEST with an empty Inductor
+// directory of its own: load_bundle hot-loads the blobs
+// (torch.compiler.load_cache_artifacts), and every graph is an FX graph
+// cache hit.
+func TestMegaCache(t *testing.T) {
+	py := filepath.Join(testutil.RepoRoot(), ".venv", "bin", "python")
+	if !testutil.Required("BIGFRAMEWORKS") {
+		t.Skip("PyTorch tests run with KBUNDLE_TEST_BIGFRAMEWORKS=1 (scripts/dev/venv.sh)")
+	}
+	if out, _, code := testutil.Run(t, nil, py, "-c", "import torch, mpi4py"); code != 0 {
+		t.Fatalf("%s cannot import torch and mpi4py (run scripts/dev/venv.sh): %s", py, out)
+	}
+	testutil.NeedMPI(t, testutil.OpenMPI)
+	site := install(t, py)
+	base := t.TempDir()
+	set := filepath.Join(base, "store", "cache.kbundle")
+	os.Mkdir(filepath.Dir(set), 0o700)
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "megacache_prog.py")
+	type result struct {
+		Rank      int      `json:"rank"`
+		Blobs     int      `json:"blobs"`
+		Presets   []string `json:"presets"`
+		FXHits    int      `json:"fx_hits"`
+		FXMisses  int      `json:"fx_misses"`
+		Harvested int      `json:"harvested_units"`
+	}
+	job := func(mode string, n int) []result {
+		dest := filepath.Join(base, "dest-"+mode)
+		env := []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1", "KBUNDLE_LIBRARY=",
+			"TORCHINDUCTOR_CACHE_DIR=" + filepath.Join(base, "inductor-"+mode), // empty: every job's own
+			"TMPDIR=" + t.TempDir()}
+		so, se, code := testutil.RunMPI(t, testutil.OpenMPI, n, env, py, prog, mode, set, dest)
+		if code != 0 {
+			t.Fatalf("%s job: exit %d\n%s\n%s", mode, code, so, se)
+		}
+		var out []result
+		for _, l := range strings.Split(strings.TrimSpace(so), "\n") {
+			var r result
+			if err := json.Unmarshal([]byte(l), &r); err != nil {
+				t.Fatalf("%s job: line %q: %v\n%s", mode, l, err, se)
+			}
+			out = append(out, r)
+		}
+		if len(out) != n {
+			t.Fatalf("%s job: %d lines from %d ranks:\n%s\n%s", mode, len(out), n, so, se)
+		}
+		return out
+	}
+	first := job("first", 2)
+	for _, r := range first {
+		if r.FXHits != 0 || r.FXMisses == 0 || r.Harvested == 0 {
+			t.Errorf("first job, rank %d: %+v; want cold compiles and a harvested blob", r.Rank, r)
+		}
+	}
+	blobs, _ := filepath.Glob(filepath.Join(base, "dest-first", "mega-cache", "*.bin"))
+	if len(blobs) == 0 {
+		t.Fatal("the first job wrote no blob into DEST/mega-cache")
+	}
+	again := job("again", 2)
+	for _, r := range again {
+		if r.Blobs != len(blobs) || !slices.Contains(r.Presets, "mega-cache") || r.FXHits == 0 || r.FXMisses != 0 {
+			t.Errorf("second job, rank %d: %+v; want %d blobs hot-loaded and only FX graph cache hits", r.Rank, r, len(blobs))
+		}
 	}
 }
