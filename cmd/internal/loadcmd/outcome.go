@@ -21,7 +21,7 @@ import (
 )
 
 // SchemaVersion is the version of every JSON object kbundle prints
-// (`--json`, and kbundle_load's answer): docs/usage.md, "JSON output",
+// (`--json`, and kbundle_load's answer): docs/json.md,
 // and docs/json-schema.json. Fields are only ever added within a
 // version; it would change only with a breaking change, which kbundle
 // promises not to make within version 1.
@@ -29,7 +29,7 @@ const SchemaVersion = 1
 
 // Outcome is what a load did, in one JSON shape: `kbundle load --json`
 // (rank 0, on success) and kbundle_load's answer (every rank). Fields are
-// only ever added (docs/usage.md, docs/python.md). On success OK is true
+// only ever added (docs/json.md, docs/python.md). On success OK is true
 // and the summary is filled; otherwise Kind, Reason (lines, without the
 // "kbundle: " prefix) and Hint say why. (A failed `kbundle load --json`
 // prints the CLI's error object, the same for every command, instead.)
@@ -76,7 +76,7 @@ type Outcome struct {
 	// Warnings are the lines rank 0 prints, without the "kbundle: "
 	// prefix (Warnings).
 	Warnings []string `json:"warnings"`
-	// The canonical names (docs/usage.md, "Canonical names") of fields
+	// The canonical names (docs/json.md, "Canonical names") of fields
 	// above, which stay: Path is Bundle, PackedBytes Bytes, Seconds
 	// TotalSeconds.
 	Path        string  `json:"path,omitempty"`
@@ -335,7 +335,7 @@ const (
 	Comm     Kind = "mpi"      // MPI or the communicator, on this rank only (1; KbundleMPIError)
 )
 
-// Exit is the exit status of kind k (docs/usage.md).
+// Exit is the exit status of kind k (docs/commands/README.md).
 func (k Kind) Exit() int {
 	switch k {
 	case Unusable:

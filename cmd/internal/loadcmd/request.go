@@ -52,7 +52,7 @@ func (f Front) spell(s string) string {
 // A Setting is one knob of a load, the same for both front ends: a value
 // given (flag or keyword) wins, then its KBUNDLE_ variable, then the
 // default. Resolve reads and checks each; the CLI's flags are made from
-// this table, and tests check Python's keywords and docs/usage.md against
+// this table, and tests check Python's keywords and docs/ (environment.md, commands/load.md) against
 // it.
 type Setting struct {
 	Flag    string // `kbundle load`'s --flag; "": none
