@@ -49,6 +49,7 @@ var sentinels = []error{
 	bundle.ErrDestination,
 	bundle.ErrNoSpace,
 	bundle.ErrNoParent,
+	bundle.ErrChanged, // a tree kbundle installed that changed since (it matches ErrExist too)
 }
 
 func maskOf(err error) uint32 {

@@ -25,6 +25,11 @@ var (
 	ErrUntrusted = errors.New("untrusted")
 	// ErrExist: extraction destination exists and is not empty.
 	ErrExist = errors.New("destination exists and is not empty")
+	// ErrChanged: the destination is a tree kbundle installed that
+	// changed since (the job compiled more in it). It says what ErrExist
+	// says and matches it; a front end tells the two apart to say how
+	// to keep what changed.
+	ErrChanged = fmt.Errorf("%w", ErrExist)
 	// ErrDestination: the extraction destination cannot be used: a
 	// symlink, a file, a mount point, another user's directory, a tree
 	// kbundle did not install (for Force), or a parent directory others

@@ -466,7 +466,7 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 		return false, nil
 	}
 	if !force {
-		return false, &Error{File: dest, Err: ErrExist, Msg: "use --force to replace it (only a tree kbundle installed; everything in it is deleted)"}
+		return false, &Error{File: dest, Err: ErrExist} // the caller words the way to replace it (Force)
 	}
 	if msg := markerProblem(fd, &st); msg != "" {
 		return refuse(msg)
@@ -474,9 +474,9 @@ func checkDest(dest string, force bool) (replace bool, err error) {
 	return true, nil
 }
 
-// forceKeeps ends every refusal of markerProblem: what --force does not
-// do, and what to do instead (RemoveInstalled says it in its own words).
-const forceKeeps = ", so --force will not delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
+// forceKeeps ends every refusal of markerProblem: what Force does not do,
+// and what to do instead (RemoveInstalled says it in its own words).
+const forceKeeps = ", so kbundle will not replace it or delete what is in it; remove it yourself if it is yours to lose, or choose another destination"
 
 // markerProblem says why the directory open as fd (stat st, ours) is not a
 // tree kbundle installed, or returns "". Its InstalledMarker must be the
@@ -541,7 +541,7 @@ func (r *Reader) checkKeep(dest string, keep *ReadCloser) error {
 	}
 	if holds(&st, f) {
 		return &Error{File: dest, Err: ErrDestination, Msg: "it holds the bundle being extracted (" + Printable(f.Name()) +
-			"), which --force would delete with the tree; move the bundle out of it first, or choose another destination"}
+			"), which replacing the tree would delete; move the bundle out of it first, or choose another destination"}
 	}
 	return nil
 }

@@ -82,13 +82,9 @@ func mismatch(e env, r Result, a ABI, what string) error {
 	if r.Size != Unknown {
 		size = fmt.Sprint(r.Size)
 	}
-	return mismatchError(fmt.Sprintf("this kbundle is %s but runs under %s (%s tasks)%s: %s"+PerTaskHint,
+	return mismatchError(fmt.Sprintf("this kbundle is %s but runs under %s (%s tasks)%s: %s",
 		builtFor(a), launchedBy(e, r), size, what, fix(r, a)))
 }
-
-// PerTaskHint ends a mismatch's message: load's way out. A command
-// without --per-task (harvest) leaves it out.
-const PerTaskHint = " (or pass --per-task to let each task load on its own)"
 
 // mismatchError is the message alone; it matches ErrMismatch.
 type mismatchError string

@@ -86,7 +86,7 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	units := map[string]bool{}
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
-			Dest: l.Dest, DestNote: l.DestNote, UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
+			Dest: l.Dest, DestNote: l.DestNote, OtherSet: l.OtherSet, UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
 		for i, f := range l.Files {
 			u := bundle.CacheUnit(f.Name)
 			if held[u] {

@@ -32,17 +32,39 @@ import (
 // equally likely to be the job's DEST.
 var ErrRefused = errors.New("harvest refused")
 
-// A refusal is an error matching ErrRefused, in its own words.
-type refusal struct{ msg string }
+// A Refusal is an error matching ErrRefused: Msg says what is wrong, and
+// Fix which setting of the Plan would settle it. A front end words the
+// fix (--bundle, bundle=); Error is Msg alone.
+type Refusal struct {
+	Msg string
+	Fix Fix
+}
 
-func (e *refusal) Error() string        { return e.msg }
-func (e *refusal) Is(target error) bool { return target == ErrRefused }
+// A Fix names the Plan field a new value of which settles a refusal
+// (FixBundle, FixDest; "": none) and that value, "" when the user must
+// choose it (which of two trees was the job's).
+type Fix struct {
+	Field string `json:",omitempty"`
+	Value string `json:",omitempty"`
+}
 
-func refusef(format string, a ...any) error { return &refusal{fmt.Sprintf(format, a...)} }
+// The fields a Fix names.
+const (
+	FixBundle = "bundle" // Plan.Bundle: the set
+	FixDest   = "dest"   // Plan.Dest: the node-local tree
+)
+
+func (e *Refusal) Error() string        { return e.Msg }
+func (e *Refusal) Is(target error) bool { return target == ErrRefused }
+
+func refusef(fix Fix, format string, a ...any) error {
+	return &Refusal{Msg: fmt.Sprintf(format, a...), Fix: fix}
+}
 
 // destFound is where a leader harvests: its DEST, how it was found
-// (findDest's note) or why it was refused.
-type destFound struct{ dest, note, refused string }
+// (findDest's note) or why it was refused, and the set the newest tree
+// here was loaded from when none was from the set (other).
+type destFound struct{ dest, note, other, refused string }
 
 // maxSetPath bounds the set's path rank 0 shares.
 const maxSetPath = 1 << 16
@@ -60,8 +82,8 @@ func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFoun
 		if !leader || plan.Search == "" {
 			return
 		}
-		d, note, err := findDest(plan.Dest, plan.Search, suffix, set, plan.Host)
-		*where = destFound{dest: d, note: note}
+		d, note, other, err := findDest(plan.Dest, plan.Search, suffix, set, plan.Host)
+		*where = destFound{dest: d, note: note, other: other}
 		if err != nil {
 			where.refused = err.Error()
 		}
@@ -99,19 +121,19 @@ func shareSet(world broadcast.NodeComm, plan *Plan, leader bool, where *destFoun
 func checkSet(plan Plan, lists []*list) error {
 	for _, l := range lists {
 		if l.Refused != "" {
-			return refusef("%s (rank %d): %s", l.Host, l.First, l.Refused)
+			return refusef(Fix{Field: FixDest}, "%s (rank %d): %s", l.Host, l.First, l.Refused) // a tie (findDest)
 		}
 	}
 	if plan.Bundle == "" {
-		return refusef("no bundle set: pass --bundle PATH or set KBUNDLE_BUNDLE (%s names none: it holds no install record)", lists[0].Dest)
+		return refusef(Fix{Field: FixBundle}, "no bundle set: %s names none (it holds no install record)", lists[0].Dest)
 	}
 	for _, l := range lists {
 		if bundle.HoldsLayers(l.Dest, plan.Bundle) && !l.Missing {
-			return refusef("%s (rank %d): %s is, or holds, the set's layer folder %s: the layer would be written into DEST; load into a DEST outside it", l.Host, l.First, l.Dest, bundle.LayerDir(plan.Bundle))
+			return refusef(Fix{}, "%s (rank %d): %s is, or holds, the set's layer folder %s: the layer would be written into DEST; load into a DEST outside it", l.Host, l.First, l.Dest, bundle.LayerDir(plan.Bundle))
 		}
 		if l.Set != "" && !sameSet(l.Set, plan.Bundle) {
-			return refusef("%s (rank %d): %s was loaded from %s, not from %s: harvesting into %s would write only what this job added to the other set; pass --bundle %s",
-				l.Host, l.First, l.Dest, l.Set, plan.Bundle, plan.Bundle, l.Set)
+			return refusef(Fix{Field: FixBundle, Value: l.Set}, "%s (rank %d): %s was loaded from %s, not from %s: harvesting into %s would write only what this job added to the other set",
+				l.Host, l.First, l.Dest, l.Set, plan.Bundle, plan.Bundle)
 		}
 	}
 	return nil
@@ -136,15 +158,16 @@ type found struct {
 // directories named prefix* (with suffix, a fake node's, at the end;
 // without, none) whose install record names set ("": any set) and this
 // host. note says how it was found ("": dest itself); a tie of two trees
-// is an error matching ErrRefused that names both. None found: dest and
-// the note of what was looked for.
-func findDest(dest, prefix, suffix, set, host string) (string, string, error) {
+// is an error matching ErrRefused that names both. None found: dest, the
+// note of what was looked for and the set the newest tree of another set
+// was loaded from ("": none).
+func findDest(dest, prefix, suffix, set, host string) (string, string, string, error) {
 	if _, err := os.Lstat(dest); !errors.Is(err, fs.ErrNotExist) {
-		return dest, "", nil
+		return dest, "", "", nil
 	}
 	all, err := candidates(prefix, suffix, host)
 	if err != nil {
-		return dest, fmt.Sprintf("cannot look for trees in %s: %v", filepath.Dir(prefix), err), nil
+		return dest, fmt.Sprintf("cannot look for trees in %s: %v", filepath.Dir(prefix), err), "", nil
 	}
 	cands := slices.DeleteFunc(slices.Clone(all), func(f found) bool { return set != "" && !sameSet(f.set, set) })
 	from := "any set"
@@ -152,18 +175,19 @@ func findDest(dest, prefix, suffix, set, host string) (string, string, error) {
 		from = set
 	}
 	if len(cands) == 0 {
-		note := fmt.Sprintf("nothing loaded here from %s: not at %s, nor in any tree of yours named %s*%s", from, dest, prefix, suffix)
+		note, other := fmt.Sprintf("nothing loaded here from %s: not at %s, nor in any tree of yours named %s*%s", from, dest, prefix, suffix), ""
 		if len(all) > 0 {
-			note += fmt.Sprintf(" (the newest, %s, was loaded from %s: pass --bundle %s to harvest it)", all[0].dest, all[0].set, all[0].set)
+			note += fmt.Sprintf(" (the newest, %s, was loaded from %s)", all[0].dest, all[0].set)
+			other = all[0].set
 		}
-		return dest, note, nil
+		return dest, note, other, nil
 	}
 	if len(cands) > 1 && cands[0].installed.Sub(cands[1].installed) < tieWindow {
-		return dest, "", refusef("two trees loaded from %s here are equally likely to be this job's DEST: %s and %s (installed %s and %s); pass --to the one this job used",
+		return dest, "", "", refusef(Fix{Field: FixDest}, "two trees loaded from %s here are equally likely to be this job's DEST: %s and %s (installed %s and %s)",
 			from, cands[0].dest, cands[1].dest, stamp(cands[0].installed), stamp(cands[1].installed))
 	}
 	return cands[0].dest, fmt.Sprintf("the newest tree loaded from %s here, installed %s (this launch's job id names %s, which does not exist)",
-		from, stamp(cands[0].installed), dest), nil
+		from, stamp(cands[0].installed), dest), "", nil
 }
 
 func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") }

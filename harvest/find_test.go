@@ -88,7 +88,7 @@ func TestFindDest(t *testing.T) {
 		{"none from the set", prefix + "new", "", filepath.Join(dir, "c.kbundle"), prefix + "new", "nothing loaded here from " + filepath.Join(dir, "c.kbundle")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, note, err := findDest(tc.dest, prefix, tc.suffix, tc.set, "kbn0")
+			got, note, _, err := findDest(tc.dest, prefix, tc.suffix, tc.set, "kbn0")
 			if err != nil || got != tc.want || (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
 				t.Errorf("findDest(%s) = %s, %q, %v; want %s, %q", tc.dest, got, note, err, tc.want, tc.note)
 			}
@@ -96,8 +96,9 @@ func TestFindDest(t *testing.T) {
 	}
 	t.Run("a tie", func(t *testing.T) {
 		restamp(t, job1, now.Add(-49*time.Second), "kbn0")
-		_, _, err := findDest(prefix+"new", prefix, "", setA, "kbn0")
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), job1) || !strings.Contains(err.Error(), job2) || !strings.Contains(err.Error(), "pass --to") {
+		_, _, _, err := findDest(prefix+"new", prefix, "", setA, "kbn0")
+		var r *Refusal
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), job1) || !strings.Contains(err.Error(), job2) || !errors.As(err, &r) || r.Fix != (Fix{Field: FixDest}) {
 			t.Errorf("a tie: %v, want ErrRefused naming %s and %s", err, job1, job2)
 		}
 	})
@@ -136,21 +137,20 @@ func TestHarvestFindsTheLoad(t *testing.T) {
 				t.Errorf("node %d: %+v, want DEST %s found", n, nr, want)
 			}
 		}
-		if lines := strings.Join(Report(s), "\n"); !strings.Contains(lines, prefix+"load.node1") {
-			t.Errorf("the report does not name the DEST it found:\n%s", lines)
-		}
 	}
 
 	// Another set than the trees': found nothing, and said which set they
 	// were loaded from; with the DEST given, refused.
 	other := filepath.Join(dir, "other.kbundle")
 	sums, errs := runEach(other, prefix+"harvest", 2, 1, func(p *Plan) { p.Search = prefix })
-	if lines := strings.Join(Report(sums[0]), "\n"); errs[0] != nil || !strings.Contains(lines, "was loaded from "+set+": pass --bundle "+set) {
-		t.Errorf("harvest into another set: %v; report:\n%s", errs[0], lines)
+	if n := sums[0].Nodes[0]; errs[0] != nil || !n.MissingDir || !strings.Contains(n.DestNote, "was loaded from "+set+")") || n.OtherSet != set {
+		t.Errorf("harvest into another set: %v; node 0: %+v, want no DEST and the set %s named", errs[0], n, set)
 	}
 	_, errs = runEach(other, prefix+"load", 2, 1, func(*Plan) {})
 	for r, err := range errs {
-		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "was loaded from "+set) || err.Error() != errs[0].Error() {
+		var rf *Refusal
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "was loaded from "+set) || err.Error() != errs[0].Error() ||
+			!errors.As(err, &rf) || rf.Fix != (Fix{Field: FixBundle, Value: set}) {
 			t.Errorf("rank %d: harvest into another set: %v, want ErrRefused naming %s", r, err, set)
 		}
 	}
@@ -169,9 +169,10 @@ func TestHarvestNothingLoaded(t *testing.T) {
 	if errs[0] != nil {
 		t.Fatal(errs[0])
 	}
-	lines := strings.Join(Report(sums[0]), "\n")
-	if !strings.Contains(lines, "nothing loaded here from "+set) || !strings.Contains(lines, "pass --to") || sums[0].Layer != "" {
-		t.Errorf("report:\n%s", lines)
+	for _, n := range sums[0].Nodes {
+		if !n.MissingDir || !strings.Contains(n.DestNote, "nothing loaded here from "+set) || n.OtherSet != "" || sums[0].Layer != "" {
+			t.Errorf("node %s: %+v, layer %q", n.Host, n, sums[0].Layer)
+		}
 	}
 }
 

@@ -122,8 +122,12 @@ type NodeReport struct {
 	// Dest is the DEST harvested (or, with missing_dest, looked for);
 	// DestNote says how it was found when it is not the one given or the
 	// job's default, or what was looked for when none was.
-	Dest      string `json:"dest"`
-	DestNote  string `json:"dest_note,omitempty"`
+	Dest     string `json:"dest"`
+	DestNote string `json:"dest_note,omitempty"`
+	// OtherSet, with missing_dest, is the set the newest tree here was
+	// loaded from when none was from the set harvested (DestNote names
+	// the tree).
+	OtherSet  string `json:"other_set,omitempty"`
 	UnitsUsed int    `json:"units_used"` // cache units of DEST read since the install
 	// UsageUnknown says why the node could not tell what the job read
 	// (its DEST is mounted noatime): every unit counts as used.
@@ -193,6 +197,7 @@ type list struct {
 	// leader's: two trees equally likely to be its DEST.
 	Set      string
 	DestNote string
+	OtherSet string // as NodeReport's
 	Refused  string
 	// Presets are the presets DEST was loaded with (its install record):
 	// rank 0's go into the layer. Not sent.
@@ -265,6 +270,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		Sum     *Summary
 		Err     string
 		Refused bool
+		Fix     Fix
 	}
 	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, fmt.Errorf("harvest: outcome from rank 0: %w", err)
@@ -277,7 +283,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 	}
 	switch {
 	case res.Err != "" && res.Refused:
-		return res.Sum, &refusal{res.Err}
+		return res.Sum, &Refusal{Msg: res.Err, Fix: res.Fix}
 	case res.Err != "":
 		return res.Sum, errors.New(res.Err)
 	}
@@ -296,7 +302,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		mine = scan(where.dest)
 	}
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
-	mine.DestNote, mine.Refused = where.note, where.refused
+	mine.DestNote, mine.OtherSet, mine.Refused = where.note, where.other, where.refused
 	if group.Rank() != 0 {
 		b, _ := json.Marshal(mine)
 		if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {

@@ -54,10 +54,15 @@ func outcome(sum *Summary, err error) []byte {
 		Sum     *Summary
 		Err     string
 		Refused bool
+		Fix     Fix
 	}{Sum: sum}
 	if err != nil {
 		v.Err = "harvest: " + err.Error()
 		v.Refused = errors.Is(err, ErrRefused)
+		var r *Refusal
+		if errors.As(err, &r) {
+			v.Fix = r.Fix
+		}
 	}
 	b, _ := json.Marshal(v)
 	return b

@@ -15,5 +15,5 @@
 // may need a line: package detect's job-level variables, which say a
 // process is inside a job but not one of its tasks (SLURM_JOB_ID, Slurm's
 // special step ids, PBS_JOBID, FLUX_URI), and the job-id variables of
-// kbundle load's default destination (docs/usage.md).
+// kbundle load's default destination (docs/commands/load.md, "DEST").
 package launcher

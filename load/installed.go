@@ -178,9 +178,8 @@ func holds(dest string, want bundle.Digest, presets string, force bool, target f
 		if force {
 			return false, nil
 		}
-		return false, &bundle.Error{File: dest, Err: bundle.ErrExist, Msg: fmt.Sprintf(
-			"kbundle installed it (content digest %s) and its tree changed since (%s entries: the job compiled more); "+
-				"run `kbundle harvest` first to keep those entries in the set; --force replaces it and loses them", rec.ContentDigest, ch)}
+		return false, &bundle.Error{File: dest, Err: bundle.ErrChanged, Msg: fmt.Sprintf(
+			"kbundle installed it (content digest %s) and its tree changed since (%s entries: the job compiled more)", rec.ContentDigest, ch)}
 	}
 	set := rec.ContentDigest
 	if rec.SetContentDigest != "" {

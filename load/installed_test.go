@@ -2,6 +2,7 @@ package load_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -152,7 +153,10 @@ func TestRunAlreadyInstalled(t *testing.T) {
 			t.Fatalf("changed tree: rank %d: %v, want rank 0's error %v", r, err, errs[0])
 		}
 	}
-	for _, want := range []string{"kbn2 (ranks 4-5): ", "1 new, 0 changed, 0 missing", "kbundle harvest", "--force replaces it and loses them"} {
+	if !errors.Is(errs[0], bundle.ErrChanged) || !errors.Is(errs[0], bundle.ErrExist) {
+		t.Errorf("changed tree: %v does not match ErrChanged and ErrExist", errs[0])
+	}
+	for _, want := range []string{"kbn2 (ranks 4-5): ", "1 new, 0 changed, 0 missing", "the job compiled more"} {
 		if !strings.Contains(errs[0].Error(), want) {
 			t.Errorf("changed tree: %q does not say %q", errs[0], want)
 		}

@@ -24,6 +24,11 @@ var ErrNotReused = errors.New("the cache was not reused")
 // nothing into a cache it does not use proves nothing.
 var ErrNothingToCheck = errors.New("nothing to check")
 
+// ErrUnpointed is the ErrNothingToCheck of a check given no preset whose
+// environment names no variable at the cache directory: nothing would
+// point the check run at the copy.
+var ErrUnpointed = fmt.Errorf("%w: no preset given and no environment variable names the cache directory", ErrNothingToCheck)
+
 // CheckOptions describe one check run (see Check).
 type CheckOptions struct {
 	// Dir is the warmed-up cache directory.
@@ -203,7 +208,7 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	// the copy too, or the check run would use DIR and prove nothing.
 	env, moved := retarget(env, dir, res.Copy)
 	if len(o.Presets) == 0 && moved == 0 {
-		return res, fmt.Errorf("%w: no --preset and no environment variable names %s, so the check run could not be pointed at the copy", ErrNothingToCheck, dir)
+		return res, fmt.Errorf("%w (%s), so the check run could not be pointed at the copy", ErrUnpointed, dir)
 	}
 	before, err := TakeSnapshot(res.Copy)
 	if err != nil {

@@ -306,7 +306,7 @@ func TestCheckUserVariable(t *testing.T) {
 	if err != nil || !res.Reused() || !strings.Contains(out.String(), "ran in "+filepath.Join(res.Copy, "tack")) {
 		t.Fatalf("err %v, %+v\n%s", err, res, out.String())
 	}
-	if _, err := run("UNRELATED=/x"); !errors.Is(err, ErrNothingToCheck) || !strings.Contains(err.Error(), "no --preset") {
+	if _, err := run("UNRELATED=/x"); !errors.Is(err, ErrNothingToCheck) || !errors.Is(err, ErrUnpointed) || !strings.Contains(err.Error(), "no preset given") {
 		t.Errorf("err %v, want ErrNothingToCheck naming --preset", err)
 	}
 }

@@ -34,7 +34,7 @@ var binaries = map[detect.ABI]string{
 	detect.ABIStandard: "kbundle-mpiabi",
 }
 
-// Exit statuses, as the CLI's (docs/usage.md).
+// Exit statuses, as the CLI's (docs/commands/README.md).
 const (
 	exitError = 1
 	exitUsage = 2

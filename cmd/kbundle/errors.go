@@ -35,9 +35,6 @@ func atDest(err error) error {
 	return &destError{err}
 }
 
-// forceHint is the hint for a destination that exists (load's too).
-const forceHint = loadcmd.ForceHint
-
 // exitFor is the one classification of errors for every command: the exit
 // status and a "hint: ..." line telling the user how to fix err ("" when
 // there is nothing to add). Exit 3 means the bundle is unusable (missing,
@@ -64,7 +61,7 @@ func exitFor(err error) (code int, hint string) {
 	case unusable != "":
 		return exitUnusable, unusable
 	case errors.Is(err, bundle.ErrExist):
-		return exitError, forceHint
+		return exitError, loadcmd.Hint(loadcmd.CLI, err) // load's words: use --force
 	case atBundle && errors.Is(err, fs.ErrNotExist):
 		return exitUnusable, loadcmd.MissingHint
 	case atBundle && errors.Is(err, fs.ErrPermission):

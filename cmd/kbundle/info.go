@@ -11,7 +11,7 @@ import (
 // bundleJSON are the fields `kbundle info --json` and `kbundle pack
 // --json` share: what the bundle holds, its sizes and digests. Digest is
 // the whole file's in bare hex, as it always was; FileDigest the same
-// with its algorithm, the canonical form (docs/usage.md, "Canonical
+// with its algorithm, the canonical form (docs/json.md, "Canonical
 // names").
 type bundleJSON struct {
 	jsonHead

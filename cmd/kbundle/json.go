@@ -1,6 +1,6 @@
 package main
 
-// One schema for every command's --json (docs/usage.md, "JSON output";
+// One schema for every command's --json (docs/json.md;
 // docs/json-schema.json, which TestJSONSchema holds every command to):
 // every object starts with jsonHead; a record that describes a bundle,
 // a set, a layer or a tree carries its digests under the canonical names

@@ -362,7 +362,7 @@ func validate(defs map[string]any, schema any, v any, at string) []string {
 			case hasExtra:
 				errs = append(errs, validate(defs, extra, x[k], at+"/"+k)...)
 			case props != nil && s["type"] == "object":
-				bad("field %s is not in the schema (describe it there, and in docs/usage.md)", k)
+				bad("field %s is not in the schema (describe it there, and in docs/json.md)", k)
 			}
 		}
 	}
@@ -414,17 +414,20 @@ func describe(v any) string {
 	return string(b)
 }
 
-// TestJSONSchemaDocumented: docs/usage.md's table of JSON fields names,
+// TestJSONSchemaDocumented: docs/json.md's table of JSON fields names,
 // in its row for each command, every field that docs/json-schema.json
 // declares for it, and the error object's fields are described.
 func TestJSONSchemaDocumented(t *testing.T) {
 	schema := readSchema(t)
 	defs := schema["$defs"].(map[string]any)
-	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "docs", "usage.md"))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "docs", "json.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sec, _ := strings.Cut(string(b), "\n### JSON output\n")
+	_, sec, ok := strings.Cut(string(b), "# JSON output\n")
+	if !ok {
+		t.Fatal("docs/json.md: no JSON output title")
+	}
 	sec, _, _ = strings.Cut(sec, "\n## ")
 	rows := map[string]string{}
 	for l := range strings.Lines(sec) {
@@ -440,18 +443,18 @@ func TestJSONSchemaDocumented(t *testing.T) {
 		}
 		row, ok := rows[n.(string)]
 		if !ok {
-			t.Errorf("docs/usage.md, JSON output: no row for %s", n)
+			t.Errorf("docs/json.md: no row for %s", n)
 			continue
 		}
 		for _, f := range slices.Sorted(maps.Keys(d["properties"].(map[string]any))) {
 			if !strings.Contains(row, "`"+f+"`") {
-				t.Errorf("docs/usage.md, JSON output: %s's row does not name `%s`", n, f)
+				t.Errorf("docs/json.md: %s's row does not name `%s`", n, f)
 			}
 		}
 	}
 	for f := range defs["failure"].(map[string]any)["properties"].(map[string]any) {
 		if !strings.Contains(sec, "`"+f+"`") {
-			t.Errorf("docs/usage.md, JSON output: the error object's `%s` is not described", f)
+			t.Errorf("docs/json.md: the error object's `%s` is not described", f)
 		}
 	}
 }

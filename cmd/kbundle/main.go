@@ -42,7 +42,7 @@ const (
 	signalLastWait = 500 * time.Millisecond
 )
 
-// Exit codes, documented in docs/usage.md and in --help.
+// Exit codes, documented in docs/commands/README.md and in --help.
 const (
 	exitOK       = 0
 	exitError    = 1

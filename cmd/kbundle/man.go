@@ -17,7 +17,7 @@ func init() {
 		Usage:     "print kbundle's man page (roff), generated from the command definitions",
 		UsageText: "kbundle man > kbundle.1",
 		Description: "make install PREFIX=... installs it as share/man/man1/kbundle.1.\n" +
-			"Its ENVIRONMENT section lists every KBUNDLE_ variable, as docs/usage.md does.",
+			"Its ENVIRONMENT section lists every KBUNDLE_ variable, as docs/environment.md does.",
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
@@ -34,7 +34,7 @@ type envVar struct{ name, meaning string }
 
 // otherEnv are the variables kbundle reads that no flag is bound to. The
 // man page's ENVIRONMENT lists them with the flags' variables, and a test
-// checks that docs/usage.md's table has the same KBUNDLE_ names.
+// checks that docs/environment.md's table has the same KBUNDLE_ names.
 var otherEnv = []envVar{
 	{"KBUNDLE_TRUSTED_GROUPS", "groups whose write permission the trust check accepts, for shared bundles (names or numeric ids, comma- or space-separated; empty by default)"},
 	{"KBUNDLE_TRUSTED_OWNERS", "users whose ownership the trust check accepts (names or numeric ids; empty by default)"},
@@ -194,17 +194,17 @@ func manPage(app *cli.App) string {
 	b.WriteString(".SH BACKWARDS COMPATIBILITY\n" + roff("Every --json object (but presets' list) carries schema_version (1) and ok; within a "+
 		"schema version fields are only ever added, and kbundle promises no breaking change within version 1. Under --json a "+
 		"failure prints an error object on stdout (ok false, kind, reason, hint, exit_status); the exit status and stderr are "+
-		"those without --json. docs/json-schema.json describes every object; usage.md, \"JSON output\", names them."))
+		"those without --json. docs/json-schema.json describes every object; json.md names them."))
 	b.WriteString(".SH EXAMPLES\n")
 	for _, e := range manExamples {
 		b.WriteString(".PP\n" + roff(e[0]) + ".PP\n.RS\n.EX\n" + roff(e[1]) + ".EE\n.RE\n")
 	}
 	b.WriteString(".SH SEE ALSO\n" + roff("mpirun(1), srun(1), sbcast(1); kbundle COMMAND --help; the documentation at "+docsURL+
-		" (usage.md, presets.md, slurm.md, pbs.md, troubleshooting.md, FORMAT.md)."))
+		" (usage.md, commands/, json.md, environment.md, presets.md, slurm.md, pbs.md, troubleshooting.md, FORMAT.md)."))
 	return b.String()
 }
 
-// exitStatuses are kbundle's exit statuses, as docs/usage.md's table has
+// exitStatuses are kbundle's exit statuses, as docs/commands/README.md's table has
 // them per command.
 var exitStatuses = [][2]string{
 	{"0", "success"},

@@ -12,13 +12,13 @@ import (
 	"github.com/kbundle/kbundle/internal/testutil"
 )
 
-// pythonOnly are the variables of docs/usage.md's table that only the
+// pythonOnly are the variables of docs/environment.md's table that only the
 // Python package reads: the kbundle program does not list them.
 var pythonOnly = []string{"KBUNDLE_LIBRARY"}
 
 // TestEnvironmentAgrees checks that the man page's ENVIRONMENT, the
 // [$KBUNDLE_...] hints of every command's --help (plus otherEnv, the
-// variables no flag is bound to) and docs/usage.md's environment table
+// variables no flag is bound to) and docs/environment.md's table
 // name the same KBUNDLE_ variables.
 func TestEnvironmentAgrees(t *testing.T) {
 	kb := regexp.MustCompile(`KBUNDLE_[A-Z_]+`)
@@ -48,11 +48,14 @@ func TestEnvironmentAgrees(t *testing.T) {
 		}
 	}
 
-	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "docs", "usage.md"))
+	b, err := os.ReadFile(filepath.Join(testutil.RepoRoot(), "docs", "environment.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, table, _ := strings.Cut(string(b), "\n## Environment variables\n")
+	_, table, ok := strings.Cut(string(b), "# Environment variables\n")
+	if !ok {
+		t.Fatal("docs/environment.md: no Environment variables title")
+	}
 	table, _, _ = strings.Cut(table, "\n## ")
 	var doc []string
 	for l := range strings.Lines(table) {
@@ -74,6 +77,32 @@ func TestEnvironmentAgrees(t *testing.T) {
 		t.Errorf("man page ENVIRONMENT %q\n--help hints and otherEnv %q", man, help)
 	}
 	if !slices.Equal(man, doc) {
-		t.Errorf("man page ENVIRONMENT %q\ndocs/usage.md's table %q", man, doc)
+		t.Errorf("man page ENVIRONMENT %q\ndocs/environment.md's table %q", man, doc)
+	}
+}
+
+// TestCommandsDocumented: docs/commands/README.md names every command the
+// definitions hold (the one source of `kbundle help`, the man page and
+// the completions), in its table or, for help, man and completion, in
+// the words above it; and the pages it links to exist.
+func TestCommandsDocumented(t *testing.T) {
+	dir := filepath.Join(testutil.RepoRoot(), "docs", "commands")
+	b, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	for _, c := range newApp(nil, nil).Commands {
+		if c.Hidden {
+			continue
+		}
+		if !strings.Contains(doc, "\n| `"+c.Name) && !strings.Contains(doc, ", `"+c.Name+" ") && !strings.Contains(doc, "`kbundle "+c.Name) {
+			t.Errorf("docs/commands/README.md does not name %s", c.Name)
+		}
+	}
+	for _, m := range regexp.MustCompile(`\]\(([a-z]+\.md)\)`).FindAllStringSubmatch(doc, -1) {
+		if _, err := os.Stat(filepath.Join(dir, m[1])); err != nil {
+			t.Errorf("docs/commands/README.md links to %s: %v", m[1], err)
+		}
 	}
 }

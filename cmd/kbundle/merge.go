@@ -8,7 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/harvest"
+	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 )
 
 func init() {
@@ -89,7 +89,7 @@ func mergeAction(c *cli.Context) error {
 				plural(res.Folded, "layer", "layers"), safe(path), res.Entries, bundle.FormatDigest(res.Content), c.Duration("grace").Round(time.Second))
 		}
 		if res.Prune != nil {
-			for _, l := range harvest.PruneLines(res.Prune, dry) {
+			for _, l := range loadcmd.PruneLines(loadcmd.CLI, res.Prune, dry) {
 				fmt.Fprintf(w, "kbundle: %s\n", safe(l))
 			}
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"strings"
 	"time"
 
 	"github.com/kbundle/kbundle/detect"
@@ -36,8 +35,12 @@ func (l *loader) mismatch(det detect.Result, comm int) error {
 		time.Sleep(refuseDelay)
 	}
 	msg := err.Error()
-	if l.c.Command.Names()[0] != "load" {
-		msg = strings.TrimSuffix(msg, detect.PerTaskHint) // only load has --per-task
+	if l.c.Command.Names()[0] == "load" {
+		msg += perTaskHint // only load has --per-task
 	}
 	return l.fail(msg, exitUsage)
 }
+
+// perTaskHint ends load's mismatch message: its way out, which the other
+// commands lack.
+const perTaskHint = " (or pass --per-task to let each task load on its own)"

@@ -161,6 +161,8 @@ func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []
 		res.Report(c.App.ErrWriter, 10)
 	}
 	switch {
+	case errors.Is(err, warmup.ErrUnpointed):
+		return cli.Exit(err.Error()+"\nkbundle: hint: name the cache's framework with --preset, or set its cache variable to "+dir, exitNotReused)
 	case errors.Is(err, warmup.ErrNotReused), errors.Is(err, warmup.ErrNothingToCheck):
 		return cli.Exit(err.Error(), exitNotReused)
 	case err != nil:

@@ -90,7 +90,7 @@ func TestHarvest(t *testing.T) {
 	if !reflect.DeepEqual(h.Report, want) {
 		t.Errorf("report %q, want %q", h.Report, want)
 	}
-	if !reflect.DeepEqual(h.Report, loadcmd.HarvestReport(&h.Summary)) {
+	if !reflect.DeepEqual(h.Report, loadcmd.HarvestReport(loadcmd.Python, &h.Summary)) {
 		t.Errorf("report %q is not HarvestReport's", h.Report)
 	}
 

@@ -247,7 +247,8 @@ func TestDefaultDest(t *testing.T) {
 	rs = runAll(t, []int{0, 1}, again)
 	same(t, rs)
 	if rs[0].OK || rs[0].Kind != loadcmd.Failed || !strings.Contains(rs[0].Hint, "force=True") ||
-		!strings.Contains(rs[0].Reason, "nothing was installed on any node") || !strings.Contains(rs[0].Reason, "kbundle harvest") {
+		!strings.Contains(rs[0].Reason, "nothing was installed on any node") || !strings.Contains(rs[0].Reason, "its tree changed since") ||
+		!strings.Contains(rs[0].Hint, "call harvest() first") {
 		t.Fatalf("%+v", rs[0])
 	}
 }

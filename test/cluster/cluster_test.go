@@ -553,12 +553,12 @@ func sameTrees(t *testing.T, label, want, got string) {
 		t.Errorf("%s: %s differs from %s:\n%s", label, got, want, d)
 	}
 	if fi, err := os.Lstat(filepath.Join(got, installedMarker)); err != nil || !fi.Mode().IsRegular() {
-		t.Errorf("%s: %s: no %s (kbundle marks every tree it installs; docs/usage.md)", label, got, installedMarker)
+		t.Errorf("%s: %s: no %s (kbundle marks every tree it installs; docs/commands/load.md)", label, got, installedMarker)
 	}
 }
 
 // installedMarker is the file kbundle puts at the top of every tree it
-// installs (docs/usage.md, --force).
+// installs (docs/commands/load.md, --force).
 const installedMarker = ".kbundle-installed"
 
 // localDir makes a fresh folder under every node's node-local tmpfs (the

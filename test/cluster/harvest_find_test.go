@@ -96,7 +96,7 @@ func TestHarvestFindsDest(t *testing.T) {
 			for i, n := range c.nodes {
 				text := lines[n]
 				ok := strings.HasPrefix(text, "no DEST: nothing loaded here from "+setB+": ") &&
-					strings.Contains(text, "(the newest, "+trees[n]+", was loaded from "+setA+": pass --bundle "+setA+" to harvest it)")
+					strings.Contains(text, "(the newest, "+trees[n]+", was loaded from "+setA+"); pass --bundle "+setA+" to harvest the newest")
 				if i == 1 {
 					ok = strings.HasPrefix(text, "compiled 0 entries (0 B) the bundle lacked; DEST ") && strings.Contains(text, ": the newest tree loaded from "+setB+" here")
 				}

@@ -75,7 +75,7 @@ func (c *cluster) readmeLaunchers(t *testing.T, v testutil.Variant) (dir string,
 const readmeHydraSlots = perNode
 
 // harvestLines maps each node to what the harvest's report says of it
-// (harvest.Report: "HOST (rank N): TEXT", or "HOSTLIST: TEXT" for several
+// (loadcmd.HarvestReport: "HOST (rank N): TEXT", or "HOSTLIST: TEXT" for several
 // nodes alike); a line naming no set of the cluster's nodes fails the test.
 func (c *cluster) harvestLines(t *testing.T, stderr string) map[string]string {
 	t.Helper()

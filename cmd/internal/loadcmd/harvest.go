@@ -179,8 +179,8 @@ type HarvestOutcome struct {
 }
 
 // Harvested is the outcome of a harvest that returned sum.
-func Harvested(sum *harvest.Summary) HarvestOutcome {
-	o := HarvestOutcome{OK: true, Summary: *sum, Report: HarvestReport(sum), Warnings: []string{}}
+func Harvested(f Front, sum *harvest.Summary) HarvestOutcome {
+	o := HarvestOutcome{OK: true, Summary: *sum, Report: HarvestReport(f, sum), Warnings: []string{}}
 	if o.Nodes == nil {
 		o.Nodes = []harvest.NodeReport{}
 	}
@@ -198,11 +198,30 @@ func HarvestFailure(f Front, err error) HarvestOutcome {
 	case errors.Is(err, bundle.ErrTrustPolicy), errors.Is(err, mpi.ErrThreadLevel), errors.Is(err, mpi.ErrABI):
 		hint = Hint(f, err)
 	} // else: harvest's messages say what to do (merge, run it again)
-	reason := err.Error()
-	if f == Python {
-		reason = pythonTerms.Replace(reason)
+	return HarvestOutcome{Kind: KindOf(err), Reason: err.Error() + refusalFix(f, err), Hint: hint, Report: []string{}, Warnings: []string{}}
+}
+
+// refusalFix is what to pass, in front f's words, to settle err when it
+// is a harvest.Refusal naming a fix; "" otherwise.
+func refusalFix(f Front, err error) string {
+	var r *harvest.Refusal
+	if !errors.As(err, &r) {
+		return ""
 	}
-	return HarvestOutcome{Kind: KindOf(err), Reason: reason, Hint: hint, Report: []string{}, Warnings: []string{}}
+	v := r.Fix.Value
+	switch r.Fix.Field {
+	case harvest.FixBundle:
+		if v == "" {
+			v = "PATH or set KBUNDLE_BUNDLE"
+		}
+		return "; pass " + f.spell("bundle") + v
+	case harvest.FixDest:
+		if v == "" {
+			v = [...]string{CLI: "the one this job used", Python: " the one this job used"}[f]
+		}
+		return "; pass " + f.spell("to") + v
+	}
+	return ""
 }
 
 // Harvest harvests over world what o says, as front f does; collective.
@@ -240,14 +259,15 @@ func Harvest(ctx context.Context, world broadcast.NodeComm, f Front, o HarvestOp
 		}
 		return HarvestFailure(f, err)
 	}
-	return Harvested(sum)
+	return Harvested(f, sum)
 }
 
 // HarvestReport is the report of a harvest that returned s, as rank 0
 // prints it (each line after "kbundle: "), the same words from every
-// front end: a line a node (harvest.Report), then what was written.
-func HarvestReport(s *harvest.Summary) []string {
-	lines := harvest.Report(s)
+// front end but for what to type (--to, dest=): a line a node, then what
+// was written.
+func HarvestReport(f Front, s *harvest.Summary) []string {
+	lines := nodeLines(f, s)
 	switch {
 	case s.DryRun:
 		lines = append(lines, fmt.Sprintf("dry run: would write %s (%s) to %s", plural(s.Files, "file"), plural(s.Units, "cache unit"), s.Set))
@@ -264,7 +284,7 @@ func HarvestReport(s *harvest.Summary) []string {
 			// whole, with its unchanged files.
 			whole = fmt.Sprintf("; %d unchanged, as each cache unit goes whole", s.Kept)
 		}
-		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s%s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), harvest.Size(s.Bytes), whole))
+		lines = append(lines, fmt.Sprintf("wrote %s, %s: %s (%s, %s%s)", what, s.Layer, plural(s.Files, "file"), plural(s.Units, "cache unit"), HumanBytes(s.Bytes), whole))
 	}
 	if s.Untrusted != "" {
 		lines = append(lines, "warning: kbundle load will refuse this set (exit 3): "+s.Untrusted)
@@ -276,7 +296,7 @@ func HarvestReport(s *harvest.Summary) []string {
 		}
 		lines = append(lines, fmt.Sprintf("the layer %s in the set's view (the newest layer wins): %s", what, bundle.Printable(strings.Join(s.Replaced, ", "))))
 	}
-	lines = append(lines, harvest.PruneReport(s)...)
+	lines = append(lines, pruneReport(f, s)...)
 	switch {
 	case s.UseRecord != "" && s.UsesRecorded > 0:
 		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s (%d more had a use recorded within a day)", plural(s.UnitsUsed-s.UsesRecorded, "cache unit"), s.UseRecord, s.UsesRecorded))

@@ -112,12 +112,12 @@ func TestHarvestReport(t *testing.T) {
 			"wrote a new layer, /s/set.kbundle.d/000001-ab.kbundle: 3 files (2 cache units, 3.0 MiB; 1 unchanged, as each cache unit goes whole)"},
 	} {
 		c.sum.Nodes = nodes
-		got := HarvestReport(&c.sum)
+		got := HarvestReport(CLI, &c.sum)
 		want := []string{"kbn1 (ranks 0-1): compiled 2 entries (2.0 KiB) the bundle lacked; 1 also on other nodes", c.last}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%q, want %q", got, want)
 		}
-		if o := Harvested(&c.sum); !o.OK || !reflect.DeepEqual(o.Report, want) || o.Warnings == nil {
+		if o := Harvested(CLI, &c.sum); !o.OK || !reflect.DeepEqual(o.Report, want) || o.Warnings == nil {
 			t.Errorf("Harvested: %+v", o)
 		}
 	}
@@ -128,7 +128,7 @@ func TestHarvestReport(t *testing.T) {
 func TestHarvestReportUntrusted(t *testing.T) {
 	sum := harvest.Summary{Set: "/s/set.kbundle", Layer: "/s/set.kbundle.d/000001-ab.kbundle", Files: 1, Units: 1, Bytes: 1,
 		Untrusted: "/s/set.kbundle.d: untrusted: directory mode 0775 lets group g (gid 9) write it"}
-	got := HarvestReport(&sum)
+	got := HarvestReport(CLI, &sum)
 	if want := "warning: kbundle load will refuse this set (exit 3): " + sum.Untrusted; len(got) == 0 || got[len(got)-1] != want {
 		t.Errorf("%q, want it to end with %q", got, want)
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // SchemaVersion is the version of every JSON object kbundle prints
-// (`--json`, and kbundle_load's answer): docs/usage.md, "JSON output",
+// (`--json`, and kbundle_load's answer): docs/json.md,
 // and docs/json-schema.json. Fields are only ever added within a
 // version; it would change only with a breaking change, which kbundle
 // promises not to make within version 1.
@@ -29,7 +29,7 @@ const SchemaVersion = 1
 
 // Outcome is what a load did, in one JSON shape: `kbundle load --json`
 // (rank 0, on success) and kbundle_load's answer (every rank). Fields are
-// only ever added (docs/usage.md, docs/python.md). On success OK is true
+// only ever added (docs/json.md, docs/python.md). On success OK is true
 // and the summary is filled; otherwise Kind, Reason (lines, without the
 // "kbundle: " prefix) and Hint say why. (A failed `kbundle load --json`
 // prints the CLI's error object, the same for every command, instead.)
@@ -76,7 +76,7 @@ type Outcome struct {
 	// Warnings are the lines rank 0 prints, without the "kbundle: "
 	// prefix (Warnings).
 	Warnings []string `json:"warnings"`
-	// The canonical names (docs/usage.md, "Canonical names") of fields
+	// The canonical names (docs/json.md, "Canonical names") of fields
 	// above, which stay: Path is Bundle, PackedBytes Bytes, Seconds
 	// TotalSeconds.
 	Path        string  `json:"path,omitempty"`
@@ -104,9 +104,9 @@ type Outcome struct {
 	AllArchNodes   int      `json:"all_archs_nodes"`
 }
 
-// Loaded is the outcome of a load of bundle that returned sum; usingMPI:
-// over MPI.
-func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
+// Loaded is the outcome of a load of bundle that returned sum, in front
+// f's words; usingMPI: over MPI.
+func Loaded(f Front, sum *load.Summary, bundle string, usingMPI bool) Outcome {
 	o := Outcome{
 		SchemaVersion: SchemaVersion, OK: true, Dest: sum.Dest, Bundle: bundle, Path: bundle, PackedBytes: sum.Bytes,
 		Seconds: sum.Total.Seconds(), Entries: sum.Entries, Bytes: sum.Bytes,
@@ -117,7 +117,7 @@ func Loaded(sum *load.Summary, bundle string, usingMPI bool) Outcome {
 		Presets: orEmpty(sum.Presets), EmptyPresets: orEmpty(sum.EmptyPresets), Env: orEmpty(sum.Env),
 		HeldBytes: sum.Held, Taken: sum.Taken, TakenNodes: sum.TakenNodes,
 		ContentDigest: sum.ContentDigest, AlreadyNodes: sum.InstalledNodes, Already: sum.AlreadyInstalled,
-		MissingSet: sum.Missing, Warnings: orEmpty(Warnings(sum)),
+		MissingSet: sum.Missing, Warnings: orEmpty(Warnings(f, sum)),
 		Mismatches: sum.Misses, UnknownNodes: sum.UnknownNodes,
 		GPUArch: sum.GPUArch, SkippedEntries: sum.Skipped, SkippedBytes: sum.SkippedBytes, SkippedArchs: orEmpty(sum.SkippedArchs),
 		SkippedNodes: sum.SkippedNodes, AllArchNodes: sum.AllArchNodes,
@@ -144,14 +144,14 @@ func orEmpty(s []string) []string {
 
 // Warnings are the warnings of a load that returned sum, as rank 0
 // prints them (each after "kbundle: "), the same words from every front
-// end: a default DEST another user held, named presets the bundle has
-// nothing for, nodes that differ from the warm-up machine (or could not
-// tell), what the GPU architecture filter left out.
-func Warnings(sum *load.Summary) []string {
+// end but what to type (f's): a default DEST another user held, named
+// presets the bundle has nothing for, nodes that differ from the warm-up
+// machine (or could not tell), what the GPU architecture filter left out.
+func Warnings(f Front, sum *load.Summary) []string {
 	var w []string
 	if sum.Missing {
 		w = append(w, fmt.Sprintf("no bundle set at %s yet: DEST is an empty cache, so the job compiles its kernels; "+
-			"`kbundle harvest` at the job's end writes the set", Safe(sum.Bundle)))
+			"%s at the job's end writes the set", Safe(sum.Bundle), [...]string{CLI: "`kbundle harvest`", Python: "harvest()"}[f]))
 	}
 	if sum.Taken != "" {
 		nodes := "1 node"
@@ -165,8 +165,8 @@ func Warnings(sum *load.Summary) []string {
 		w = append(w, fmt.Sprintf("warning: the bundle has nothing for preset %s: its variables point at an empty directory",
 			strings.Join(sum.EmptyPresets, ", ")))
 	}
-	w = append(w, mismatchWarnings(sum)...)
-	w = append(w, gpuLines(sum)...)
+	w = append(w, mismatchWarnings(f, sum)...)
+	w = append(w, gpuLines(f, sum)...)
 	return w
 }
 
@@ -174,7 +174,7 @@ func Warnings(sum *load.Summary) []string {
 // presets' rules, one line a difference of rank 0's node, with what the
 // framework will do; without a preset that says which framework, the
 // keys that differ. Then what rank 0's node could not compare.
-func mismatchWarnings(sum *load.Summary) []string {
+func mismatchWarnings(f Front, sum *load.Summary) []string {
 	var w []string
 	var named []warmup.Miss // by a preset's rule
 	for _, m := range sum.Misses {
@@ -208,7 +208,8 @@ func mismatchWarnings(sum *load.Summary) []string {
 		}
 		w = append(w, fmt.Sprintf("warning: %s from the machine the cache was warmed on%s; compiled kernels may miss", what, detail))
 	}
-	const name = "--python PATH or KBUNDLE_PYTHON names the job's interpreter"
+	name := [...]string{CLI: "--python PATH or KBUNDLE_PYTHON names the job's interpreter",
+		Python: "load_bundle asks the interpreter it runs in: call it from the job's"}[f]
 	switch {
 	case sum.ToolchainError != "":
 		w = append(w, fmt.Sprintf("warning: cannot tell whether Python's packages match the warm-up's: %s (%s)", Safe(sum.ToolchainError), name))
@@ -260,7 +261,8 @@ func notedHosts(notes []load.NodeNote) string {
 
 // gpuLines say what the GPU architecture filter did: what rank 0's node
 // left out, how many nodes did, and the nodes that saw no GPU.
-func gpuLines(sum *load.Summary) []string {
+func gpuLines(f Front, sum *load.Summary) []string {
+	all := [...]string{CLI: "--gpu-arch all", Python: "KBUNDLE_GPU_ARCH=all"}[f] + " installs every architecture"
 	var w []string
 	switch {
 	case sum.Skipped > 0:
@@ -269,9 +271,9 @@ func gpuLines(sum *load.Summary) []string {
 		if sum.SkippedNodes > 1 {
 			line += fmt.Sprintf("; %d nodes left out other architectures'", sum.SkippedNodes)
 		}
-		w = append(w, line+"; --gpu-arch all installs every architecture")
+		w = append(w, line+"; "+all)
 	case sum.SkippedNodes > 0:
-		w = append(w, fmt.Sprintf("%s left out the kernels of other GPU architectures than their own; --gpu-arch all installs every architecture", plural(sum.SkippedNodes, "node")))
+		w = append(w, fmt.Sprintf("%s left out the kernels of other GPU architectures than their own; %s", plural(sum.SkippedNodes, "node"), all))
 	}
 	if n := sum.AllArchNodes; n > 0 {
 		why := "" // Slurm's cause, named under Slurm only (issue 25, U45)
@@ -279,7 +281,8 @@ func gpuLines(sum *load.Summary) []string {
 			why = " (Slurm's ConstrainDevices hides GPUs from a step without --gres)"
 		}
 		w = append(w, fmt.Sprintf("no GPU visible to the load on %s%s: "+
-			"installed the kernels of every GPU architecture the set holds; --gpu-arch ARCH installs one", plural(n, "node"), why))
+			"installed the kernels of every GPU architecture the set holds; %s installs one", plural(n, "node"), why,
+			[...]string{CLI: "--gpu-arch ARCH", Python: "KBUNDLE_GPU_ARCH=ARCH"}[f]))
 	}
 	return w
 }
@@ -332,7 +335,7 @@ const (
 	Comm     Kind = "mpi"      // MPI or the communicator, on this rank only (1; KbundleMPIError)
 )
 
-// Exit is the exit status of kind k (docs/usage.md).
+// Exit is the exit status of kind k (docs/commands/README.md).
 func (k Kind) Exit() int {
 	switch k {
 	case Unusable:
@@ -368,12 +371,6 @@ func IsComm(err error) bool {
 		errors.Is(err, mpi.ErrABI)
 }
 
-// pythonTerms rewrites the CLI's flags that the packages' messages name
-// (bundle.ErrExist's "use --force", say) in load_bundle's keywords (U29).
-var pythonTerms = strings.NewReplacer("use --force", "pass force=True", "--force", "force=True", "--parents", "parents=True",
-	"--allow-missing", "allow_missing=True", "--replace-presets", "replace_presets=True",
-	"pass --bundle ", "pass bundle=", "pass --to ", "pass dest=", "--max-size", "max_size=")
-
 // Failure is the outcome of a load that failed with err, in front f's
 // words: one line a failing node (host, ranks, reason), then what it
 // means; the hint apart.
@@ -386,21 +383,26 @@ func Failure(f Front, err error) Outcome {
 	if k == Failed && !errors.Is(err, broadcast.ErrNoBundle) {
 		lines = append(lines, "nothing was installed on any node")
 	}
-	reason := strings.Join(lines, "\n")
-	if f == Python {
-		reason = pythonTerms.Replace(reason)
-	}
-	o := Outcome{SchemaVersion: SchemaVersion, Kind: k, Reason: reason, Hint: Hint(f, err)}
+	o := Outcome{SchemaVersion: SchemaVersion, Kind: k, Reason: strings.Join(lines, "\n"), Hint: Hint(f, err)}
 	if f == Python && (k == Unusable || k == Failed) {
 		o.Warnings = []string{notLoaded}
 	}
 	return o
 }
 
-// ForceHint is the CLI's hint for a destination that exists. The error
-// itself says what --force does (bundle.ErrExist's text): the hint adds
-// the other way out, rather than saying it twice (U23).
-const ForceHint = "hint: choose another destination instead"
+// The words of a fix, per front end: the libraries' errors state what is
+// wrong (bundle.ErrExist, the path), and the door says what to type.
+var (
+	// forceHint is a destination that exists (bundle.ErrExist): both ways
+	// out, in one line (U23).
+	forceHint = [...]string{CLI: "hint: use --force to replace it (only a tree kbundle installed; everything in it is deleted), or choose another destination",
+		Python: "hint: pass force=True to replace it (only a tree kbundle installed; everything in it is deleted), or choose another destination"}
+	// changedHint is a tree kbundle installed that the job added to
+	// (bundle.ErrChanged).
+	changedHint = [...]string{CLI: "hint: run `kbundle harvest` first to keep those entries in the set; --force replaces it and loses them",
+		Python: "hint: call harvest() first to keep those entries in the set; force=True replaces it and loses them"}
+	parentsHint = [...]string{CLI: "hint: create it first, or pass --parents", Python: "hint: create it first, or pass parents=True"}
+)
 
 // TrustHint says how the trust variables are written.
 const TrustHint = "hint: KBUNDLE_TRUSTED_GROUPS and KBUNDLE_TRUSTED_OWNERS take group and user names or numeric ids, separated by commas or spaces"
@@ -432,14 +434,12 @@ func Hint(f Front, err error) string {
 			return "hint: you cannot read the bundle; check its and its directories' permissions"
 		}
 		return ""
-	case errors.Is(err, bundle.ErrNoParent) && f == Python:
-		return "hint: create it first, or pass parents=True"
 	case errors.Is(err, bundle.ErrNoParent):
-		return "hint: create it first, or pass --parents"
-	case errors.Is(err, bundle.ErrExist) && f == Python:
-		return "hint: pass force=True to replace the destination"
+		return parentsHint[f]
+	case errors.Is(err, bundle.ErrChanged):
+		return changedHint[f]
 	case errors.Is(err, bundle.ErrExist):
-		return ForceHint
+		return forceHint[f]
 	case errors.Is(err, fs.ErrPermission):
 		return "hint: the destination is not writable by you; choose another " + dest
 	}

@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kbundle/kbundle/detect"
 	"io/fs"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/detect"
+	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
 	"github.com/kbundle/kbundle/warmup"
@@ -33,7 +35,8 @@ func TestKindOf(t *testing.T) {
 		{"untrusted", nb(bundle.ErrUntrusted), Unusable, 3, "kernels are code", "kernels are code"},
 		{"none configured", nb(errors.New("no bundle given")), Unusable, 3, "-", "-"},
 		{"unreadable bundle", nb(fs.ErrPermission), Failed, 1, "cannot read the bundle", "cannot read the bundle"},
-		{"dest exists", bundle.ErrExist, Failed, 1, "another destination", "force=True"},
+		{"dest exists", bundle.ErrExist, Failed, 1, "use --force", "force=True"},
+		{"dest changed", bundle.ErrChanged, Failed, 1, "kbundle harvest", "harvest()"},
 		{"dest refused", fmt.Errorf("x: %w", bundle.ErrDestination), Failed, 1, "-", "-"},
 		{"disk full", bundle.ErrNoSpace, Failed, 1, "-", "-"},
 		{"dest unwritable", fs.ErrPermission, Failed, 1, "choose another DEST", "choose another dest"},
@@ -64,7 +67,7 @@ func TestKindOf(t *testing.T) {
 
 // TestWarnings: one set of texts, for both front ends; names escaped.
 func TestWarnings(t *testing.T) {
-	w := Warnings(&load.Summary{Dest: "/t/d-1", Taken: "/t/d\x1b[2J", TakenNodes: 2, EmptyPresets: []string{"jax"},
+	w := Warnings(CLI, &load.Summary{Dest: "/t/d-1", Taken: "/t/d\x1b[2J", TakenNodes: 2, EmptyPresets: []string{"jax"},
 		MismatchNodes: 3, MismatchKeys: []string{"gpu.model: warmed on \"A\", here \"B\""}})
 	want := []string{
 		`warning: "/t/d\x1b[2J" belongs to another user on 2 nodes (made in advance, as if to deny this load); loaded into /t/d-1 instead`,
@@ -79,7 +82,7 @@ func TestWarnings(t *testing.T) {
 			t.Errorf("%q\nwant %q", w[i], want[i])
 		}
 	}
-	if w := Warnings(&load.Summary{}); w != nil {
+	if w := Warnings(CLI, &load.Summary{}); w != nil {
 		t.Errorf("%q", w)
 	}
 }
@@ -90,7 +93,7 @@ func TestWarningsMergeNodes(t *testing.T) {
 	other := []string{`host.cpu_model: warmed on "a", here "b"`}
 	notes := []load.NodeNote{{Host: "kbn1", Mismatch: other}, {Host: "kbn2", Mismatch: other},
 		{Host: "kbn7", Mismatch: []string{`host.cpu_model: warmed on "a", here "c"`}}, {Host: "kbn3", Mismatch: other}}
-	got := Warnings(&load.Summary{MismatchNodes: 4, Notes: notes})
+	got := Warnings(CLI, &load.Summary{MismatchNodes: 4, Notes: notes})
 	want := []string{
 		`warning: kbn[1-3] differ from the machine the cache was warmed on (host.cpu_model: warmed on "a", here "b"); compiled kernels may miss`,
 		`warning: kbn7 differs from the machine the cache was warmed on (host.cpu_model: warmed on "a", here "c"); compiled kernels may miss`,
@@ -100,16 +103,89 @@ func TestWarningsMergeNodes(t *testing.T) {
 	}
 }
 
-// Python's reasons are in Python's terms: the flags the packages'
-// messages name become load_bundle's keywords (U29).
-func TestFailurePythonTerms(t *testing.T) {
-	err := &bundle.Error{File: "/d", Err: bundle.ErrExist, Msg: "use --force to replace it"}
-	py, cli := Failure(Python, err), Failure(CLI, err)
-	if strings.Contains(py.Reason, "--force") || !strings.Contains(py.Reason, "pass force=True to replace it") {
-		t.Errorf("Python's reason %q", py.Reason)
-	}
-	if !strings.Contains(cli.Reason, "use --force to replace it") {
-		t.Errorf("the CLI's reason %q", cli.Reason)
+// TestFrontWords (issue 27): the libraries state what is wrong, and each
+// front end says what to type, by the error's kind: the CLI its flags,
+// Python load_bundle's and harvest()'s keywords, and neither the other's.
+func TestFrontWords(t *testing.T) {
+	exist := &bundle.Error{File: "/d", Err: bundle.ErrExist}
+	changed := &bundle.Error{File: "/d", Err: bundle.ErrChanged, Msg: "kbundle installed it (content digest x) and its tree changed since (1 new, 0 changed, 0 missing entries: the job compiled more)"}
+	refused := func(fix harvest.Fix) error { return &harvest.Refusal{Msg: "harvest: no bundle set", Fix: fix} }
+	for _, c := range []struct {
+		name    string
+		words   func(Front) string
+		cli, py string
+	}{
+		{"dest exists", func(f Front) string { o := Failure(f, exist); return o.Reason + "\n" + o.Hint },
+			"hint: use --force to replace it (only a tree kbundle installed; everything in it is deleted), or choose another destination",
+			"hint: pass force=True to replace it (only a tree kbundle installed; everything in it is deleted), or choose another destination"},
+		{"dest changed", func(f Front) string { o := Failure(f, changed); return o.Reason + "\n" + o.Hint },
+			"run `kbundle harvest` first to keep those entries in the set; --force replaces it and loses them",
+			"call harvest() first to keep those entries in the set; force=True replaces it and loses them"},
+		{"no parent", func(f Front) string { return Hint(f, &bundle.Error{File: "/a/b", Err: bundle.ErrNoParent}) },
+			"hint: create it first, or pass --parents", "hint: create it first, or pass parents=True"},
+		{"harvest: no set", func(f Front) string { return HarvestFailure(f, refused(harvest.Fix{Field: harvest.FixBundle})).Reason },
+			"harvest: no bundle set; pass --bundle PATH or set KBUNDLE_BUNDLE", "harvest: no bundle set; pass bundle=PATH or set KBUNDLE_BUNDLE"},
+		{"harvest: another set", func(f Front) string {
+			return HarvestFailure(f, refused(harvest.Fix{Field: harvest.FixBundle, Value: "/s.kbundle"})).Reason
+		}, "; pass --bundle /s.kbundle", "; pass bundle=/s.kbundle"},
+		{"harvest: a tie", func(f Front) string { return HarvestFailure(f, refused(harvest.Fix{Field: harvest.FixDest})).Reason },
+			"; pass --to the one this job used", "; pass dest= the one this job used"},
+		{"harvest: no fix", func(f Front) string { return HarvestFailure(f, refused(harvest.Fix{})).Reason },
+			"harvest: no bundle set", "harvest: no bundle set"},
+		{"report: no DEST", func(f Front) string {
+			return strings.Join(HarvestReport(f, &harvest.Summary{Nodes: []harvest.NodeReport{{Host: "n0", MissingDir: true, DestNote: "nothing loaded here"}}}), "\n")
+		}, "n0 (rank 0): no DEST: nothing loaded here; pass --to the DEST load printed", "n0 (rank 0): no DEST: nothing loaded here; pass dest= the DEST load_bundle used"},
+		{"report: another set's tree", func(f Front) string {
+			return strings.Join(HarvestReport(f, &harvest.Summary{Nodes: []harvest.NodeReport{{Host: "n0", MissingDir: true, DestNote: "nothing loaded here", OtherSet: "/o.kbundle"}}}), "\n")
+		}, "; pass --bundle /o.kbundle to harvest the newest, or --to the DEST load printed", "; pass bundle=/o.kbundle to harvest the newest, or dest= the DEST load_bundle used"},
+		{"report: over the bound", func(f Front) string {
+			return strings.Join(pruneReport(f, &harvest.Summary{MaxSize: 100, SetBytes: 160, PruneNote: "not pruned"}), "\n")
+		}, "warning: the set's 160 B are over --max-size 100 B: not pruned", "warning: the set's 160 B are over max_size= 100 B: not pruned"},
+		{"report: within the bound", func(f Front) string {
+			return strings.Join(PruneLines(f, &bundle.Prune{Limit: 100, Before: 60}, false), "\n")
+		}, "the set's 60 B are within --max-size 100 B: nothing to prune", "the set's 60 B are within max_size= 100 B: nothing to prune"},
+		{"report: pruned", func(f Front) string {
+			p := &bundle.Prune{Limit: 90, Target: 81, Before: 160, After: 60, DroppedBytes: 100}
+			for i := range 12 {
+				p.Dropped = append(p.Dropped, bundle.Unit{Name: fmt.Sprintf("numba/u%d", i)})
+			}
+			return strings.Join(PruneLines(f, p, true), "\n")
+		}, "dry run: pruning would drop 12 cache units (100 B), the least recently used, to bring the set from 160 B to 60 B (--max-size 90 B, down to 90 %: 81 B)\n",
+			"dry run: pruning would drop 12 cache units (100 B), the least recently used, to bring the set from 160 B to 60 B (max_size= 90 B, down to 90 %: 81 B)\n"},
+		{"report: more than named", func(f Front) string {
+			p := &bundle.Prune{Limit: 90}
+			for i := range 12 {
+				p.Dropped = append(p.Dropped, bundle.Unit{Name: fmt.Sprintf("numba/u%d", i)})
+			}
+			return PruneLines(f, p, false)[11]
+		}, "dropped 2 more (--json lists them all)", "dropped 2 more"},
+		{"load: GPU filter", func(f Front) string {
+			return strings.Join(Warnings(f, &load.Summary{Skipped: 2, GPUArch: "cuda:90", SkippedArchs: []string{"cuda:80"}}), "\n")
+		}, "; --gpu-arch all installs every architecture", "; KBUNDLE_GPU_ARCH=all installs every architecture"},
+		{"load: no GPU", func(f Front) string { return strings.Join(Warnings(f, &load.Summary{AllArchNodes: 1}), "\n") },
+			"; --gpu-arch ARCH installs one", "; KBUNDLE_GPU_ARCH=ARCH installs one"},
+		{"load: toolchain", func(f Front) string { return strings.Join(Warnings(f, &load.Summary{ToolchainError: "x"}), "\n") },
+			"(--python PATH or KBUNDLE_PYTHON names the job's interpreter)", "(load_bundle asks the interpreter it runs in: call it from the job's)"},
+		{"load: no set yet", func(f Front) string {
+			return strings.Join(Warnings(f, &load.Summary{Missing: true, Bundle: "/s"}), "\n")
+		},
+			"; `kbundle harvest` at the job's end writes the set", "; harvest() at the job's end writes the set"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cli, py := c.words(CLI), c.words(Python)
+			if !strings.Contains(cli, c.cli) {
+				t.Errorf("the CLI says\n%s\nwant\n%s", cli, c.cli)
+			}
+			if !strings.Contains(py, c.py) {
+				t.Errorf("Python says\n%s\nwant\n%s", py, c.py)
+			}
+			if flag := regexp.MustCompile(`--[a-z]`); flag.MatchString(py) {
+				t.Errorf("Python's words name a flag: %s", py)
+			}
+			if kw := regexp.MustCompile(`\b[a-z_]+=[A-Z/ ]|\b[a-z_]+=True|\(\)`); kw.MatchString(cli) {
+				t.Errorf("the CLI's words name a keyword: %s", cli)
+			}
+		})
 	}
 }
 
@@ -147,7 +223,7 @@ func TestWarningsByRule(t *testing.T) {
 				job = ""
 			}
 			t.Setenv("SLURM_JOB_ID", job)
-			if got := Warnings(&c.sum); !reflect.DeepEqual(got, c.want) {
+			if got := Warnings(CLI, &c.sum); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("Warnings:\n%q\nwant\n%q", got, c.want)
 			}
 		})

@@ -41,10 +41,18 @@ func (f Front) given(s string, v any) string {
 	return fmt.Sprintf("--%s %v", s, v)
 }
 
+// spell is how f starts a value given for s: "--bundle ", "bundle=".
+func (f Front) spell(s string) string {
+	if f == Python {
+		return setting(s).Keyword + "="
+	}
+	return "--" + s + " "
+}
+
 // A Setting is one knob of a load, the same for both front ends: a value
 // given (flag or keyword) wins, then its KBUNDLE_ variable, then the
 // default. Resolve reads and checks each; the CLI's flags are made from
-// this table, and tests check Python's keywords and docs/usage.md against
+// this table, and tests check Python's keywords and docs/ (environment.md, commands/load.md) against
 // it.
 type Setting struct {
 	Flag    string // `kbundle load`'s --flag; "": none
@@ -451,7 +459,7 @@ func CheckSingleton(environ map[string]string, worldSize int) error {
 		return nil // unparsable launcher variables: the load says nothing about them
 	}
 	if e := detect.MismatchComm(lookup, det, detect.ABI(mpi.BuildFamily()), worldSize); e != nil {
-		return usagef("%s", strings.TrimSuffix(e.Error(), detect.PerTaskHint))
+		return usagef("%s", e)
 	}
 	return nil
 }

@@ -71,7 +71,7 @@ func Load(ctx context.Context, world broadcast.NodeComm, f Front, o Options, loc
 		out.Bundle = plan.Bundle // rank 0's: the one it tried
 		return out
 	}
-	return Loaded(sum, plan.Bundle, usingMPI)
+	return Loaded(f, sum, plan.Bundle, usingMPI)
 }
 
 // Check reads and checks the bundle without installing it: what one of

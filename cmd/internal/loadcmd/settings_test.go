@@ -80,22 +80,23 @@ func TestHarvestKeywordsAreSettings(t *testing.T) {
 	}
 }
 
-// TestDocsListEverySetting keeps docs/usage.md in step with Settings: its
-// environment table names every variable, and the load section every
-// flag; docs/python.md names every keyword.
+// TestDocsListEverySetting keeps docs/ in step with Settings:
+// environment.md's table names every variable, and commands/load.md
+// every flag; docs/python.md names every keyword.
 func TestDocsListEverySetting(t *testing.T) {
-	usage := readRepo(t, "docs/usage.md")
+	load := readRepo(t, "docs/commands/load.md")
 	python := readRepo(t, "docs/python.md")
-	_, env, ok := strings.Cut(usage, "## Environment variables")
+	_, env, ok := strings.Cut(readRepo(t, "docs/environment.md"), "# Environment variables")
 	if !ok {
-		t.Fatal("docs/usage.md has no environment section")
+		t.Fatal("docs/environment.md has no environment table")
 	}
+	env, _, _ = strings.Cut(env, "\n## ")
 	for _, s := range Settings {
 		if s.Env != "" && !regexp.MustCompile("(?m)^\\| [^|]*`"+s.Env+"`").MatchString(env) {
-			t.Errorf("docs/usage.md's environment table does not list `%s`", s.Env)
+			t.Errorf("docs/environment.md's table does not list `%s`", s.Env)
 		}
-		if s.Flag != "" && !strings.Contains(usage, "--"+s.Flag) {
-			t.Errorf("docs/usage.md does not mention load's --%s", s.Flag)
+		if s.Flag != "" && !strings.Contains(load, "--"+s.Flag) {
+			t.Errorf("docs/commands/load.md does not mention load's --%s", s.Flag)
 		}
 		if s.Keyword != "" && !strings.Contains(python, "| `"+s.Keyword+"` |") {
 			t.Errorf("docs/python.md's argument table does not list `%s`", s.Keyword)

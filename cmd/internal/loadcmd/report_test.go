@@ -1,4 +1,4 @@
-package harvest
+package loadcmd
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
+	. "github.com/kbundle/kbundle/harvest"
 )
 
 // TestReportEscapesNames is X8 of the 2026-12-01b review: harvest's
@@ -22,11 +23,11 @@ func TestReportEscapesNames(t *testing.T) {
 		},
 		MaxSize: 10, SetBytes: 20, PruneNote: "not pruned: " + evil,
 	}
-	lines := Report(s)
-	lines = append(lines, PruneReport(s)...)
+	lines := nodeLines(CLI, s)
+	lines = append(lines, pruneReport(CLI, s)...)
 	s.PruneNote = ""
 	s.Prune = &bundle.Prune{Limit: 10, Target: 9, Before: 20, After: 5, Dropped: []bundle.Unit{{Name: evil, Bytes: 15, LastUse: time.Unix(1, 0)}}, DroppedBytes: 15}
-	lines = append(lines, PruneReport(s)...)
+	lines = append(lines, pruneReport(CLI, s)...)
 	joined := strings.Join(lines, "\n")
 	if strings.ContainsAny(joined, "\x1b\x07") {
 		t.Fatalf("a report line holds a control character:\n%q", joined)
