@@ -6,7 +6,7 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // MaxNamed is how many failing nodes an error names; the count says how
@@ -75,7 +75,7 @@ func (l *leader) share() error {
 	// The presets: rank 0's choice (it may come from the bundle).
 	buf := make([]byte, maxPresetList)
 	if l.world.Rank() == 0 {
-		copy(buf, warmup.PresetNames(l.presets))
+		copy(buf, preset.Names(l.presets))
 	}
 	if err := l.world.Bcast(buf, 0); err != nil {
 		return commErr("presets", err)
@@ -85,7 +85,7 @@ func (l *leader) share() error {
 		s.Presets = strings.Split(names, ",")
 	}
 	if l.presets == nil && len(s.Presets) > 0 {
-		ps, err := warmup.ParseList(names)
+		ps, err := preset.ParseList(names)
 		if err != nil {
 			return err
 		}
