@@ -89,7 +89,7 @@ const (
 // Metadata keys naming the toolchain of the warm-up (docs/FORMAT.md): the
 // versions the frameworks' caches key on, read where the bundle (or a
 // set's layer) was made. All are optional; which one decides reuse for
-// which preset is warmup's rule table (docs/presets.md).
+// which preset is the preset package's rule table (docs/presets.md).
 const (
 	MetaPython      = "toolchain.python"       // Python version, X.Y.Z
 	MetaPythonPath  = "toolchain.python_path"  // the interpreter asked

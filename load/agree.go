@@ -9,7 +9,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // MaxNamed is how many failing nodes an error names; the count says how
@@ -73,7 +73,7 @@ func (l *leader) share() error {
 	// from the bundle): the digest's 16 bytes, then the names.
 	var buf []byte
 	if l.world.Rank() == 0 {
-		buf = append(slices.Clone(l.content[:]), warmup.PresetNames(l.presets)...) // not l.content itself: cgo refuses a pointer into a struct of pointers
+		buf = append(slices.Clone(l.content[:]), preset.Names(l.presets)...) // not l.content itself: cgo refuses a pointer into a struct of pointers
 	}
 	buf, err := broadcast.BcastBytes(l.world, buf, uint64(len(bundle.Digest{}))+maxPresetList)
 	if err != nil {
@@ -90,7 +90,7 @@ func (l *leader) share() error {
 		s.Presets = strings.Split(names, ",")
 	}
 	if l.presets == nil && len(s.Presets) > 0 {
-		ps, err := warmup.ParseList(names)
+		ps, err := preset.ParseList(names)
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // nodeInfo is Plan.HostInfo's description of this node, asked once (nil
@@ -33,7 +33,7 @@ func (l *leader) target() string {
 	if l.plan.GPUArch != "" {
 		return l.plan.GPUArch
 	}
-	return warmup.GPUArchOf(l.nodeInfo()[bundle.MetaGPUCompute])
+	return preset.GPUArchOf(l.nodeInfo()[bundle.MetaGPUCompute])
 }
 
 // filterName is how the install record names the filter for target.
@@ -48,7 +48,7 @@ const maxTargetTable = 64 << 20
 // set holds entries of GPU architectures (Triton's hash directories,
 // CuPy's cubins, sm_NN names: setInfo.gpu): each leader decides its
 // architecture; when some leader filters, rank 0 reads the architecture
-// of each cache unit from the files (warmup.GPUTargets: Triton's metadata,
+// of each cache unit from the files (preset.GPUTargets: Triton's metadata,
 // the cubins' ELF headers) and sends the table; each filtering leader then
 // stages with a Skip predicate that leaves out the other architectures'
 // entries. A leader that sees no GPU installs every architecture
@@ -59,7 +59,7 @@ func (l *leader) gpuFilter(group broadcast.Comm, set *bundle.OpenedSet) error {
 	}
 	t := l.target()
 	l.sum.GPUArch = t
-	filters := t != "" && t != warmup.AllGPUArchs
+	filters := t != "" && t != preset.AllGPUArchs
 	l.allArchs = t == ""
 	var want int64
 	if filters {
@@ -88,7 +88,7 @@ func (l *leader) gpuFilter(group broadcast.Comm, set *bundle.OpenedSet) error {
 	targets := decodeTargets(table)
 	l.skippedArchs = map[string]bool{}
 	l.skip = func(name string) bool {
-		a := warmup.EntryGPUArch(targets, name)
+		a := preset.EntryGPUArch(targets, name)
 		if a == "" || a == t {
 			return false
 		}
@@ -109,7 +109,7 @@ func setTargets(set *bundle.OpenedSet) map[string]string {
 			layer[e.Name] = e.Layer
 		}
 	}
-	return warmup.GPUTargets(names, func(n string) (io.ReadCloser, error) {
+	return preset.GPUTargets(names, func(n string) (io.ReadCloser, error) {
 		return set.Read[layer[n]].Open(n)
 	})
 }
@@ -166,7 +166,7 @@ func (l *leader) filtered(res *bundle.ExtractResult) {
 }
 
 // checkHost compares this node with the warm-up machine by the presets'
-// rules (warmup.Misses): the hardware HostInfo describes, and the
+// rules (preset.Misses): the hardware HostInfo describes, and the
 // toolchain keys the bundle records and the rules compare, read with
 // Plan.Toolchain. What it could not read is said (ToolchainError,
 // NotHere).
@@ -179,7 +179,7 @@ func (l *leader) checkHost(k *sink) error {
 	if local == nil {
 		local = map[string]string{}
 	}
-	if keys := warmup.CompareKeys(l.presets, meta); len(keys) > 0 && l.plan.Toolchain != nil {
+	if keys := preset.CompareKeys(l.presets, meta); len(keys) > 0 && l.plan.Toolchain != nil {
 		tc, err := l.plan.Toolchain(keys)
 		maps.Copy(local, tc)
 		l.sum.PythonPath = tc[bundle.MetaPythonPath]
@@ -188,12 +188,12 @@ func (l *leader) checkHost(k *sink) error {
 		}
 		for _, key := range keys {
 			if _, ok := local[key]; !ok && (err == nil || !pythonKey(key)) {
-				l.sum.NotHere = append(l.sum.NotHere, warmup.Noun(key)+" "+meta[key])
+				l.sum.NotHere = append(l.sum.NotHere, preset.Noun(key)+" "+meta[key])
 			}
 		}
 		sort.Strings(l.sum.NotHere)
 	}
-	l.sum.Misses = warmup.Misses(l.presets, meta, local)
+	l.sum.Misses = preset.Misses(l.presets, meta, local)
 	for _, m := range l.sum.Misses {
 		l.sum.MismatchKeys = append(l.sum.MismatchKeys, mismatchKey(m))
 	}
@@ -212,7 +212,7 @@ func pythonKey(key string) bool {
 
 // mismatchKey is a miss as Summary.MismatchKeys says it: "key: warmed on
 // X, here Y".
-func mismatchKey(m warmup.Miss) string {
+func mismatchKey(m preset.Miss) string {
 	switch m.Compare {
 	case "isa", "isa_lacking":
 		s := m.Key + ": this node"

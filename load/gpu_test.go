@@ -14,7 +14,7 @@ import (
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/load"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // tritonUnit is a kernel as Triton writes it: TRITON_CACHE_DIR/KEY/ with
@@ -97,7 +97,7 @@ func TestRunGPUArch(t *testing.T) {
 	root := t.TempDir()
 	dest := func(n int) string { return filepath.Join(root, fmt.Sprintf("n%d", n), "dest") }
 	infos := []func() map[string]string{gpu("9.0"), gpu("8.0"), gpu(""), gpu("8.0")}
-	arch := []string{"", "", "", warmup.AllGPUArchs} // node 3: --gpu-arch all
+	arch := []string{"", "", "", preset.AllGPUArchs} // node 3: --gpu-arch all
 	plan := func(rank int) load.Plan {
 		n := nodes[rank]
 		return load.Plan{Bundle: set, Dest: dest(n), Host: fmt.Sprintf("kbn%d", n), UseRecorded: true, HostInfo: infos[n], GPUArch: arch[n], Window: 1, ChunkSize: 4093}

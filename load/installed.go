@@ -8,16 +8,16 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // recordInfo is what this node's install record says besides the tree.
-func (l *leader) recordInfo(presets []*warmup.Preset) bundle.RecordInfo {
+func (l *leader) recordInfo(presets []*preset.Preset) bundle.RecordInfo {
 	info := bundle.RecordInfo{Job: l.plan.Job, Host: l.plan.Host, Bundle: l.bundlePath}
 	if l.skip != nil {
 		info.Filter = filterName(l.target())
 	}
-	if names := warmup.PresetNames(presets); names != "" {
+	if names := preset.Names(presets); names != "" {
 		info.Presets = strings.Split(names, ",")
 	}
 	return info
@@ -48,7 +48,7 @@ type setInfo struct {
 	presets string // comma-separated names
 	path    string // absolute ("" when too long to send)
 	layers  string // comma-separated names in bundle.LayerDir(path), in order
-	gpu     bool   // the set holds entries of GPU architectures (warmup.HasGPUUnits)
+	gpu     bool   // the set holds entries of GPU architectures (preset.HasGPUUnits)
 }
 
 func (s *setInfo) encode() []byte {
@@ -117,7 +117,7 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 		si := &setInfo{path: l.bundlePath}
 		if set != nil {
 			if ps, perr := l.choosePresets(set.Read[0].Meta()); perr == nil {
-				si.ok, si.content, si.presets = true, set.ContentDigest(bundle.CacheUnit), warmup.PresetNames(ps)
+				si.ok, si.content, si.presets = true, set.ContentDigest(bundle.CacheUnit), preset.Names(ps)
 				l.presets = ps
 			}
 			var names []string
@@ -129,7 +129,7 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 			for _, e := range set.Merged(bundle.CacheUnit) {
 				all = append(all, e.Name)
 			}
-			si.gpu = warmup.HasGPUUnits(all)
+			si.gpu = preset.HasGPUUnits(all)
 		}
 		buf = si.encode()
 	}

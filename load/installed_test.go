@@ -14,7 +14,7 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/internal/democache"
 	"github.com/kbundle/kbundle/load"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // tritonBundle packs a Triton-layout cache under triton/, whose group
@@ -50,7 +50,7 @@ func ctime(t *testing.T, p string) syscall.Timespec {
 // changed since is refused everywhere without --force, changing nothing.
 func TestRunAlreadyInstalled(t *testing.T) {
 	_, file := tritonBundle(t)
-	triton, err := warmup.Lookup("triton")
+	triton, err := preset.Lookup("triton")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestRunAlreadyInstalled(t *testing.T) {
 	force := false
 	plan := func(rank int) load.Plan {
 		return load.Plan{Bundle: file, Dest: dest(nodes[rank]), Host: fmt.Sprintf("kbn%d", nodes[rank]), Window: 1,
-			Presets: []*warmup.Preset{triton}, Job: "j1", Force: force}
+			Presets: []*preset.Preset{triton}, Job: "j1", Force: force}
 	}
 	var received atomic.Int64 // bytes broadcast to rank 2 (node 1's leader)
 	count := map[int]func([]byte){2: func(b []byte) { received.Add(int64(len(b))) }}

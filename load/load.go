@@ -31,7 +31,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // A Plan says what Run loads and where.
@@ -70,9 +70,9 @@ type Plan struct {
 	Window int64
 	// Presets are applied to every node's copy before it is installed
 	// (path relocation) and give Summary.Env. UseRecorded adds the
-	// presets recorded in the bundle at warm-up, first (warmup.Choose);
+	// presets recorded in the bundle at warm-up, first (preset.Choose);
 	// without it only Presets apply.
-	Presets     []*warmup.Preset
+	Presets     []*preset.Preset
 	UseRecorded bool
 	// Progress, when set, is called on the world's rank 0 only, as its
 	// node's copy is written: the bytes of content written so far and
@@ -94,10 +94,10 @@ type Plan struct {
 	// after a successful staging. Its error says why Python could not be
 	// asked. nil: the toolchain is not compared.
 	Toolchain func(keys []string) (map[string]string, error)
-	// GPUArch is the GPU architecture (warmup.ParseGPUArch's form,
+	// GPUArch is the GPU architecture (preset.ParseGPUArch's form,
 	// "cuda:90") whose entries this node installs, leaving out those of
 	// other architectures; "" the node's GPU's (HostInfo), or every
-	// architecture when it sees none; warmup.AllGPUArchs every
+	// architecture when it sees none; preset.AllGPUArchs every
 	// architecture.
 	GPUArch string
 	// BorrowNodeCPUs lets each leader extract on the CPUs of all its
@@ -141,7 +141,7 @@ type Summary struct {
 	// MismatchNodes is how many nodes differ from the warm-up machine in a
 	// way that makes the presets' caches miss (docs/presets.md, "What a
 	// load compares"); Misses (leaders) says how this one differs, by
-	// warmup's rules, and MismatchKeys the same as "key: warmed on X, here
+	// preset's reuse rules, and MismatchKeys the same as "key: warmed on X, here
 	// Y" items.
 	MismatchNodes int
 	MismatchKeys  []string
@@ -149,7 +149,7 @@ type Summary struct {
 	// differs from the warm-up machine, with how (when the communicator
 	// has point-to-point messages; else rank 0's own only).
 	Notes  []NodeNote
-	Misses []warmup.Miss
+	Misses []preset.Miss
 	// ToolchainError (leaders) says why Python could not be asked for its
 	// versions; NotHere (leaders) are the toolchain keys the bundle records
 	// and the presets compare that this node has none of (a package not
@@ -301,7 +301,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if err := l.share(); err != nil {
 		return nil, err
 	}
-	env, err := warmup.EnvFor(l.sum.Dest, l.presets...)
+	env, err := preset.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +318,7 @@ type leader struct {
 	sum         *Summary
 	staged      *bundle.Staged
 	madeDest    bool // avoidTaken made (claimed) the empty Dest
-	presets     []*warmup.Preset
+	presets     []*preset.Preset
 	stats       broadcast.Stats
 	extract     time.Duration
 	bundlePath  string            // rank 0's bundle, absolute, for the install record
@@ -417,8 +417,8 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 	l.presets = presets
 	if l.plan.Presets != nil {
 		// Asked for by name: say which have nothing in this bundle.
-		missing, _ := warmup.MissingContent(s, presets)
-		l.sum.EmptyPresets = strings.Split(warmup.PresetNames(missing), ",")
+		missing, _ := preset.MissingContent(s, presets)
+		l.sum.EmptyPresets = strings.Split(preset.Names(missing), ",")
 		if len(missing) == 0 {
 			l.sum.EmptyPresets = nil
 		}
@@ -430,7 +430,7 @@ func (k *sink) Begin(prelude []byte, size int64, _ bundle.Digest) error {
 }
 
 // stage stages the base and the layers, relocates, and reports.
-func (k *sink) stage(presets []*warmup.Preset) {
+func (k *sink) stage(presets []*preset.Preset) {
 	l, s := k.l, k.s
 	t := time.Now()
 	var lay *bundle.Stream // the layer being extracted
@@ -451,7 +451,7 @@ func (k *sink) stage(presets []*warmup.Preset) {
 	st, err := s.Stage(k.ctx, l.plan.Dest, &bundle.ExtractOptions{Force: l.plan.Force, Parents: l.plan.Parents, Jobs: l.plan.Jobs, Trust: l.plan.Trust, Keep: k.keep,
 		Record: l.recordInfo(presets), Layers: layers, Unit: bundle.CacheUnit, Progress: progress, Skip: l.skip})
 	if err == nil {
-		if err = warmup.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
+		if err = preset.RelocateStaged(st.Dir(), st.Dest(), s.Meta()[bundle.MetaOrigin], presets...); err != nil {
 			st.Abort()
 			st = nil
 		}
@@ -483,8 +483,8 @@ func (k *sink) Write(p []byte) (int, error) {
 }
 
 // choosePresets returns the plan's presets, or the bundle's recorded ones.
-func (l *leader) choosePresets(meta map[string]string) ([]*warmup.Preset, error) {
-	return warmup.Choose(l.plan.Presets, !l.plan.UseRecorded, meta)
+func (l *leader) choosePresets(meta map[string]string) ([]*preset.Preset, error) {
+	return preset.Choose(l.plan.Presets, !l.plan.UseRecorded, meta)
 }
 
 // stage runs the stream on a leader and stages its node's copy. The error

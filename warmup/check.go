@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // ErrNotReused is returned by Check when the check run wrote to its copy of
@@ -42,12 +43,12 @@ type CheckOptions struct {
 	Trust *bundle.TrustPolicy
 	// Presets are the presets of the warm-up: their variables point the
 	// check run at the copy, their relocation is applied to it.
-	Presets []*Preset
+	Presets []*preset.Preset
 	// Argv is the command, as for Run.
 	Argv []string
 	// Env is the base environment (usually os.Environ()): launcher
 	// variables are removed and the presets' variables set for the copy,
-	// as ChildEnv does.
+	// as preset.ChildEnv does.
 	Env []string
 	// TempDir is where the copy is placed; "" means os.TempDir(). The copy
 	// is removed when Check returns.
@@ -71,12 +72,12 @@ type CheckResult struct {
 	// Written lists the files the run added, Rewritten those it changed,
 	// Removed those it deleted, all without the presets' bookkeeping
 	// (Ignored).
-	Written   []Change
-	Rewritten []Change
-	Removed   []Change
-	Ignored   []Change
+	Written   []preset.Change
+	Rewritten []preset.Change
+	Removed   []preset.Change
+	Ignored   []preset.Change
 	// Refused lists lines of the run's output in which a framework said
-	// it refused an entry it found (see Preset.refusals): the file stays,
+	// it refused an entry it found (see preset.Refusals): the file stays,
 	// so only the message tells. Up to 10 are kept.
 	Refused []string
 }
@@ -122,7 +123,7 @@ func (r *CheckResult) Report(w io.Writer, limit int) {
 lists:
 	for _, l := range []struct {
 		what string
-		cs   []Change
+		cs   []preset.Change
 	}{{"added", r.Written}, {"rewrote", r.Rewritten}, {"removed", r.Removed}} {
 		for _, c := range l.cs {
 			if n == limit {
@@ -173,7 +174,7 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if bpath == "" {
 		bpath = filepath.Join(tmp, "check.kbundle")
 		if _, err := bundle.Pack(ctx, dir, bpath, &bundle.PackOptions{
-			Exclude: o.Exclude, Preset: PresetNames(o.Presets),
+			Exclude: o.Exclude, Preset: preset.Names(o.Presets),
 		}); err != nil {
 			return nil, fmt.Errorf("check: packing %s: %w", dir, err)
 		}
@@ -197,10 +198,10 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 			return nil, fmt.Errorf("check: %w", err)
 		}
 	}
-	if err := Prepare(res.Copy, o.Presets...); err != nil {
+	if err := preset.Prepare(res.Copy, o.Presets...); err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	env, err := ChildEnv(o.Env, res.Copy, o.Presets...)
+	env, err := preset.ChildEnv(o.Env, res.Copy, o.Presets...)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +219,7 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if res.Files == 0 {
 		return res, fmt.Errorf("%w: the cache is empty", ErrNothingToCheck)
 	}
-	watch := &refusalWatcher{signs: refusals(o.Presets)}
+	watch := &refusalWatcher{signs: preset.Refusals(o.Presets)}
 	// Only stderr is watched (XLA's log and Python's warnings go there);
 	// stdout stays the caller's own file. One writer for both stays one.
 	stdout, stderr := o.Stdout, o.Stderr
@@ -242,11 +243,11 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	}
 	d := run.Delta
 	for _, l := range []struct {
-		from []Change
-		to   *[]Change
+		from []preset.Change
+		to   *[]preset.Change
 	}{{d.Added, &res.Written}, {d.Changed, &res.Rewritten}, {d.Removed, &res.Removed}} {
 		for _, c := range l.from {
-			if hitWrite(o.Presets, c) {
+			if preset.HitWrite(o.Presets, c) {
 				res.Ignored = append(res.Ignored, c)
 			} else {
 				*l.to = append(*l.to, c)
@@ -257,39 +258,6 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 		return res, ErrNotReused
 	}
 	return res, nil
-}
-
-// hitWrite reports whether c is bookkeeping that one of the presets (or
-// the presets they include) writes on a cache hit.
-func hitWrite(presets []*Preset, c Change) bool {
-	for _, p := range presets {
-		for _, q := range p.closure() {
-			if q.hitWrite != nil && q.hitWrite(c) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// PresetNames returns the presets' names joined by commas, as recorded in
-// a bundle's "preset" metadata (bundle.MetaPreset).
-func PresetNames(ps []*Preset) string {
-	names := make([]string, len(ps))
-	for i, p := range ps {
-		names[i] = p.Name
-	}
-	return strings.Join(names, ",")
-}
-
-func refusals(presets []*Preset) []string {
-	var out []string
-	for _, p := range presets {
-		for _, q := range p.closure() {
-			out = append(out, q.refusals...)
-		}
-	}
-	return out
 }
 
 // refusalWatcher passes a run's output through and keeps the lines that
@@ -380,4 +348,12 @@ func retarget(env []string, dir, copy string) ([]string, int) {
 		out[i] = kv
 	}
 	return out, n
+}
+
+// within reports whether p is dir or a path below it.
+func within(p, dir string) bool {
+	if p == dir || dir == string(filepath.Separator) {
+		return strings.HasPrefix(p, dir)
+	}
+	return strings.HasPrefix(p, dir+string(filepath.Separator))
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kbundle/kbundle/preset"
+
 	"github.com/kbundle/kbundle/bundle"
 )
 
@@ -27,24 +29,24 @@ const (
 	toyEvict = `rm -f "$TACK_CACHE_DIR"/*`
 )
 
-func tack(t *testing.T) []*Preset {
+func tack(t *testing.T) []*preset.Preset {
 	t.Helper()
-	p, err := Lookup("tack")
+	p, err := preset.Lookup("tack")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []*Preset{p}
+	return []*preset.Preset{p}
 }
 
 // warmToy fills a cache directory by running script once, as kbundle
 // warm does.
-func warmToy(t *testing.T, script string, presets []*Preset) string {
+func warmToy(t *testing.T, script string, presets []*preset.Preset) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "cache")
-	if err := Prepare(dir, presets...); err != nil {
+	if err := preset.Prepare(dir, presets...); err != nil {
 		t.Fatal(err)
 	}
-	env, err := ChildEnv([]string{"PATH=" + os.Getenv("PATH")}, dir, presets...)
+	env, err := preset.ChildEnv([]string{"PATH=" + os.Getenv("PATH")}, dir, presets...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func warmToy(t *testing.T, script string, presets []*Preset) string {
 	return dir
 }
 
-func check(t *testing.T, dir, script string, presets []*Preset, bundlePath string) (*CheckResult, string, error) {
+func check(t *testing.T, dir, script string, presets []*preset.Preset, bundlePath string) (*CheckResult, string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	tmp := t.TempDir()
@@ -183,8 +185,8 @@ func TestCheckExistingBundle(t *testing.T) {
 // its children under DIR is rewritten to the copy, so a framework that
 // checks those paths finds them.
 func TestCheckRelocates(t *testing.T) {
-	p, _ := Lookup("triton")
-	ps := []*Preset{p}
+	p, _ := preset.Lookup("triton")
+	ps := []*preset.Preset{p}
 	dir := filepath.Join(t.TempDir(), "cache")
 	key := filepath.Join(dir, "triton", "KEY")
 	if err := os.MkdirAll(key, 0o700); err != nil {
@@ -203,8 +205,8 @@ func TestCheckRelocates(t *testing.T) {
 // pocl's bookkeeping on a hit (empty last_accessed stamps, empty
 // tempfile_*) is not a rebuild; a kernel file with content is.
 func TestCheckIgnoresBookkeeping(t *testing.T) {
-	p, _ := Lookup("pocl")
-	ps := []*Preset{p}
+	p, _ := preset.Lookup("pocl")
+	ps := []*preset.Preset{p}
 	dir := filepath.Join(t.TempDir(), "cache")
 	os.MkdirAll(filepath.Join(dir, "pocl", "kcache", "AB", "CD"), 0o700)
 	os.WriteFile(filepath.Join(dir, "pocl", "kcache", "AB", "CD", "parallel.bc"), []byte("bitcode"), 0o600)
@@ -229,8 +231,8 @@ func TestCheckNoCommand(t *testing.T) {
 // and compiles again without writing: only the log line tells, and Check
 // reports it as not reused.
 func TestCheckRefusedEntry(t *testing.T) {
-	p, _ := Lookup("jax")
-	ps := []*Preset{p}
+	p, _ := preset.Lookup("jax")
+	ps := []*preset.Preset{p}
 	dir := filepath.Join(t.TempDir(), "cache")
 	os.MkdirAll(filepath.Join(dir, "jax"), 0o700)
 	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-cache"), []byte("entry"), 0o600)
@@ -272,8 +274,8 @@ func TestLineMatcherSplitWrites(t *testing.T) {
 // JAX with eviction on rewrites an 8-byte KEY-atime stamp per hit: that is
 // bookkeeping; a new -cache entry is not.
 func TestCheckJAXEvictionStamps(t *testing.T) {
-	p, _ := Lookup("jax")
-	ps := []*Preset{p}
+	p, _ := preset.Lookup("jax")
+	ps := []*preset.Preset{p}
 	dir := filepath.Join(t.TempDir(), "cache")
 	os.MkdirAll(filepath.Join(dir, "jax"), 0o700)
 	os.WriteFile(filepath.Join(dir, "jax", "jit_f-abc-cache"), []byte("entry"), 0o600)

@@ -1,18 +1,12 @@
-// Package warmup knows how compiled-kernel (JIT) frameworks find their
-// caches: a table of presets (which environment variables point Triton,
-// Inductor, JAX, Numba, CuPy, pocl, PyOpenCL, CUDA, Julia or a Tack-like
-// application at a directory, with the documentation source of each), the
-// fix-ups a cache needs after it moved (Relocate), and a warm-up run that
-// executes an application once as a plain single process and reports what
-// it added to the cache directory. It also holds what decides reuse: the
-// rule table of which recorded toolchain, GPU or CPU difference makes
-// which preset's cache miss (ReuseRules, Misses; docs/presets.md), and
-// the GPU architecture of cache entries as the frameworks write them
-// (GPUTargets, GPUFilter).
+// Package warmup runs an application once as a plain single process with
+// its compiled-kernel cache pointed at a directory (Run, with the
+// environment of package preset), reports what the run added to the cache
+// (TakeSnapshot, Diff), and checks that a filled cache is reused: a second
+// run against a copy must compile nothing (Check, which asks each preset's
+// HitWrite and Refusals what is only bookkeeping). NetworkFS names the
+// network file system a directory is on, for the warm-up's warnings.
 //
-// It must never guess a variable that the framework's own documentation
-// or source does not name, never let a warm-up child believe it is one
-// rank of an MPI job (launcher variables are removed through the launcher
-// package, the one source of truth), and never touch files outside the
-// cache directory it was given.
+// It never lets a warm-up child believe it is one rank of an MPI job
+// (preset.ChildEnv) and never touches files outside the cache directory it
+// was given and its copy.
 package warmup

@@ -26,7 +26,7 @@ type Options struct {
 	// Argv is the command and its arguments; Argv[0] is looked up in
 	// PATH (of the child's environment) when it has no slash.
 	Argv []string
-	// Env is the child's complete environment (see ChildEnv).
+	// Env is the child's complete environment (see preset.ChildEnv).
 	Env []string
 	// Dir is the cache directory to snapshot before and after.
 	Dir string

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/kbundle/kbundle/preset"
 )
 
 // FileState is what a snapshot records of one file.
@@ -88,18 +90,11 @@ func TakeSnapshot(dir string, skip ...string) (Snapshot, error) {
 	return s, nil
 }
 
-// Change is one file in a Delta.
-type Change struct {
-	Path    string `json:"path"`
-	Size    int64  `json:"size"`     // size after (0 when removed)
-	OldSize int64  `json:"old_size"` // size before (0 when added)
-}
-
 // Delta is what happened to a directory between two snapshots.
 type Delta struct {
-	Added   []Change `json:"added"`
-	Changed []Change `json:"changed"`
-	Removed []Change `json:"removed"`
+	Added   []preset.Change `json:"added"`
+	Changed []preset.Change `json:"changed"`
+	Removed []preset.Change `json:"removed"`
 	// AddedBytes, ChangedBytes (size after) and RemovedBytes (size before).
 	AddedBytes   int64 `json:"added_bytes"`
 	ChangedBytes int64 `json:"changed_bytes"`
@@ -117,20 +112,20 @@ func Diff(before, after Snapshot) *Delta {
 		b, ok := before[p]
 		switch {
 		case !ok:
-			d.Added = append(d.Added, Change{Path: p, Size: a.Size})
+			d.Added = append(d.Added, preset.Change{Path: p, Size: a.Size})
 			d.AddedBytes += a.Size
 		case a.Size != b.Size || a.Mode != b.Mode || !a.ModTime.Equal(b.ModTime):
-			d.Changed = append(d.Changed, Change{Path: p, Size: a.Size, OldSize: b.Size})
+			d.Changed = append(d.Changed, preset.Change{Path: p, Size: a.Size, OldSize: b.Size})
 			d.ChangedBytes += a.Size
 		}
 	}
 	for p, b := range before {
 		if _, ok := after[p]; !ok {
-			d.Removed = append(d.Removed, Change{Path: p, OldSize: b.Size})
+			d.Removed = append(d.Removed, preset.Change{Path: p, OldSize: b.Size})
 			d.RemovedBytes += b.Size
 		}
 	}
-	for _, l := range [][]Change{d.Added, d.Changed, d.Removed} {
+	for _, l := range [][]preset.Change{d.Added, d.Changed, d.Removed} {
 		sort.Slice(l, func(i, j int) bool { return l[i].Path < l[j].Path })
 	}
 	return d
@@ -143,8 +138,8 @@ func (d *Delta) Empty() bool {
 
 // Largest returns up to n added or changed files, largest first (ties by
 // path).
-func (d *Delta) Largest(n int) []Change {
-	all := make([]Change, 0, len(d.Added)+len(d.Changed))
+func (d *Delta) Largest(n int) []preset.Change {
+	all := make([]preset.Change, 0, len(d.Added)+len(d.Changed))
 	all = append(all, d.Added...)
 	all = append(all, d.Changed...)
 	sort.Slice(all, func(i, j int) bool {

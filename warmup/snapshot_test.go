@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kbundle/kbundle/preset"
 )
 
 func write(t *testing.T, path string, n int) {
@@ -18,7 +20,7 @@ func write(t *testing.T, path string, n int) {
 	}
 }
 
-func paths(c []Change) []string {
+func paths(c []preset.Change) []string {
 	var out []string
 	for _, x := range c {
 		out = append(out, x.Path)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -78,7 +78,7 @@ func flagValue(f cli.Flag) (valueKind, []string) {
 	switch f.Names()[0] {
 	case "preset":
 		var words []string
-		for _, p := range warmup.Presets() {
+		for _, p := range preset.Presets() {
 			words = append(words, p.Name)
 		}
 		return valueWords, words

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -152,7 +152,7 @@ func item(name string, a, b *diffEntry) diffItem {
 // presetOf is the preset whose subdirectory holds name, or "".
 func presetOf(name string) string {
 	top, _, _ := strings.Cut(name, "/")
-	for _, p := range warmup.Presets() {
+	for _, p := range preset.Presets() {
 		if p.Subdir != "" && p.Subdir == top {
 			return p.Name
 		}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -64,7 +64,7 @@ func extractAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	named, err := warmup.ParseList(c.StringSlice("preset")...)
+	named, err := preset.ParseList(c.StringSlice("preset")...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -80,7 +80,7 @@ func extractAction(c *cli.Context) error {
 		return err
 	}
 	defer rc.Close()
-	presets, err := warmup.Choose(named, c.Bool("replace-presets"), rc.Meta())
+	presets, err := preset.Choose(named, c.Bool("replace-presets"), rc.Meta())
 	if err != nil {
 		// A preset of a newer kbundle: its relocation cannot be done.
 		return cli.Exit(fmt.Sprintf("%s: %s\nkbundle: hint: upgrade kbundle, or name the presets with --preset and --replace-presets",
@@ -90,15 +90,15 @@ func extractAction(c *cli.Context) error {
 		return cli.Exit("--print-env: the bundle records no preset; pass --preset NAME", exitUsage)
 	}
 	if len(named) > 0 {
-		if missing, _ := warmup.MissingContent(rc.Reader, named); len(missing) > 0 {
-			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(warmup.PresetNames(missing), ",", ", "))
+		if missing, _ := preset.MissingContent(rc.Reader, named); len(missing) > 0 {
+			warn(c, "the bundle has nothing for preset %s: its variables point at an empty directory", strings.ReplaceAll(preset.Names(missing), ",", ", "))
 		}
 	}
 	start := time.Now()
 	bar := newProgress(c, "extracting")
 	var applied []string
 	if len(presets) > 0 {
-		applied = strings.Split(warmup.PresetNames(presets), ",")
+		applied = strings.Split(preset.Names(presets), ",")
 	}
 	opt := &bundle.ExtractOptions{Force: c.Bool("force"), Parents: c.Bool("parents"), Jobs: n, Progress: bar.update, Trust: trust,
 		Record: bundle.RecordInfo{Host: hostName(), Presets: applied}}
@@ -126,7 +126,7 @@ func extractAction(c *cli.Context) error {
 	if c.Bool("json") {
 		var names []string
 		if len(presets) > 0 {
-			names = strings.Split(warmup.PresetNames(presets), ",")
+			names = strings.Split(preset.Names(presets), ",")
 		}
 		return writeJSON(c.App.Writer, extractJSON{jsonHead: okHead(), Path: a[0], Dest: res.Dest, Entries: res.Files + res.Dirs,
 			Files: res.Files, Dirs: res.Dirs, Bytes: res.Bytes, Seconds: took.Seconds(), Presets: names, Env: env,
@@ -142,10 +142,10 @@ func extractAction(c *cli.Context) error {
 // then installs it and returns the presets' variables for its DEST: a
 // failure at any step installs nothing (the staged tree is removed, a
 // replaced tree put back).
-func installRelocated(st *bundle.Staged, origin string, presets []*warmup.Preset) ([]string, error) {
-	env, err := warmup.EnvFor(st.Dest(), presets...)
+func installRelocated(st *bundle.Staged, origin string, presets []*preset.Preset) ([]string, error) {
+	env, err := preset.EnvFor(st.Dest(), presets...)
 	if err == nil {
-		err = warmup.RelocateStaged(st.Dir(), st.Dest(), origin, presets...)
+		err = preset.RelocateStaged(st.Dir(), st.Dest(), origin, presets...)
 	}
 	if err != nil {
 		st.Abort()

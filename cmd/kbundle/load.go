@@ -15,7 +15,7 @@ import (
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 func init() {
@@ -392,7 +392,7 @@ func round(s float64) time.Duration {
 }
 
 func printExports(w io.Writer, env []string) {
-	for _, line := range warmup.Exports(env) {
+	for _, line := range preset.Exports(env) {
 		fmt.Fprintln(w, line)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -83,7 +83,7 @@ func anyOf(xs []string, f func(string) bool) bool {
 // presetSubdirs are the subdirectories of the presets named in values,
 // and of the presets each includes (inductor's includes triton's).
 func presetSubdirs(values []string) ([]string, error) {
-	ps, err := warmup.ParseList(values...)
+	ps, err := preset.ParseList(values...)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func presetSubdirs(values []string) ([]string, error) {
 		ps = ps[1:]
 		out = append(out, p.Subdir)
 		for _, n := range p.Includes {
-			q, err := warmup.Lookup(n)
+			q, err := preset.Lookup(n)
 			if err != nil {
 				return nil, err
 			}

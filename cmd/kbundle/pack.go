@@ -16,7 +16,7 @@ import (
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -42,7 +42,7 @@ func init() {
 				return cli.Exit("no cache directory: pass --dir DIR or set KBUNDLE_CACHE_DIR", exitUsage)
 			}
 			// Recorded in the bundle so that load applies them by default.
-			presets, err := warmup.ParseList(c.StringSlice("preset")...)
+			presets, err := preset.ParseList(c.StringSlice("preset")...)
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
@@ -52,8 +52,8 @@ func init() {
 			if err != nil {
 				return err
 			}
-			if missing, _ := warmup.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
-				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), warmup.PresetNames(missing))
+			if missing, _ := preset.MissingContent(os.DirFS(dir), presets); len(missing) > 0 {
+				warn(c, "%s holds nothing for preset %s: was it filled by that framework?", safe(dir), preset.Names(missing))
 			}
 			return reportPack(c, dir, res, time.Since(start))
 		},
@@ -65,15 +65,15 @@ func init() {
 // packed to keep what a job compiled into it), saying so: a bundle
 // without them would load with no export line, and its job would
 // compile into the framework's default cache (issue 25, U7).
-func withInstalledPresets(c *cli.Context, dir string, given []*warmup.Preset) []*warmup.Preset {
+func withInstalledPresets(c *cli.Context, dir string, given []*preset.Preset) []*preset.Preset {
 	rec, err := bundle.ReadInstallRecord(dir)
 	if err != nil || len(rec.Presets) == 0 {
 		return given
 	}
-	recorded, _ := warmup.ParseList(rec.Presets...) // a name this kbundle does not know is dropped
-	var added []*warmup.Preset
+	recorded, _ := preset.ParseList(rec.Presets...) // a name this kbundle does not know is dropped
+	var added []*preset.Preset
 	for _, p := range recorded {
-		if !slices.ContainsFunc(given, func(g *warmup.Preset) bool { return g.Name == p.Name }) {
+		if !slices.ContainsFunc(given, func(g *preset.Preset) bool { return g.Name == p.Name }) {
 			added = append(added, p)
 		}
 	}
@@ -81,13 +81,13 @@ func withInstalledPresets(c *cli.Context, dir string, given []*warmup.Preset) []
 		return given
 	}
 	say(c, "%s was installed by kbundle load with preset %s: recorded in the bundle, so that its load exports them too",
-		safe(dir), warmup.PresetNames(added))
+		safe(dir), preset.Names(added))
 	return append(added, given...)
 }
 
 // packDir packs dir to out (default dir/cache.kbundle) with the shared
 // flags of c, showing progress.
-func packDir(c *cli.Context, dir, out string, presets []*warmup.Preset, python string) (*bundle.PackResult, map[string]string, error) {
+func packDir(c *cli.Context, dir, out string, presets []*preset.Preset, python string) (*bundle.PackResult, map[string]string, error) {
 	lvl, err := level(c)
 	if err != nil {
 		return nil, nil, err
@@ -128,7 +128,7 @@ func packDir(c *cli.Context, dir, out string, presets []*warmup.Preset, python s
 	bar := newProgress(c, "packing")
 	res, err := bundle.Pack(c.Context, dir, out, &bundle.PackOptions{
 		Level: lvl, Jobs: n, Exclude: c.StringSlice("exclude"), Trust: trust,
-		Preset: warmup.PresetNames(presets), Progress: bar.update, Host: hostinfo.Collect(), Meta: tc, ContentTime: ct,
+		Preset: preset.Names(presets), Progress: bar.update, Host: hostinfo.Collect(), Meta: tc, ContentTime: ct,
 	})
 
 	bar.done()

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -35,13 +35,13 @@ func init() {
 // presetJSON is the --json form of one preset: the table's fields plus the
 // full variable list (includes resolved) for DIR.
 type presetJSON struct {
-	*warmup.Preset
+	*preset.Preset
 	Env []string `json:"env"` // NAME=VALUE with DIR standing for the cache directory
 }
 
 func writePresetsJSON(w io.Writer) error {
 	var out []presetJSON
-	for _, p := range warmup.Presets() {
+	for _, p := range preset.Presets() {
 		out = append(out, presetJSON{Preset: p, Env: presetEnvTemplate(p)})
 	}
 	enc := json.NewEncoder(w)
@@ -50,7 +50,7 @@ func writePresetsJSON(w io.Writer) error {
 }
 
 // presetEnvTemplate gives p's variables with "DIR" for the cache directory.
-func presetEnvTemplate(p *warmup.Preset) []string {
+func presetEnvTemplate(p *preset.Preset) []string {
 	var env []string
 	for _, v := range p.AllVars() {
 		val := v.Value
@@ -65,7 +65,7 @@ func presetEnvTemplate(p *warmup.Preset) []string {
 func writePresets(w io.Writer, verbose bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PRESET\tFRAMEWORK\tVARIABLES (DIR: the cache directory)")
-	for _, p := range warmup.Presets() {
+	for _, p := range preset.Presets() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.Framework, strings.Join(presetEnvTemplate(p), " "))
 	}
 	if err := tw.Flush(); err != nil {
@@ -73,7 +73,7 @@ func writePresets(w io.Writer, verbose bool) error {
 	}
 	if !verbose {
 		var ro []string
-		for _, p := range warmup.Presets() {
+		for _, p := range preset.Presets() {
 			if p.Writable {
 				ro = append(ro, p.Name)
 			}
@@ -81,7 +81,7 @@ func writePresets(w io.Writer, verbose bool) error {
 		fmt.Fprintf(w, "\nThe loaded copy must stay writable (%s fail with a read-only cache).\nkbundle presets -v: sources, what makes each cache miss, notes; see docs/presets.md.\n", strings.Join(ro, ", "))
 		return nil
 	}
-	for _, p := range warmup.Presets() {
+	for _, p := range preset.Presets() {
 		fmt.Fprintf(w, "\n%s (%s), in DIR/%s", p.Name, p.Framework, p.Subdir)
 		if len(p.Includes) > 0 {
 			fmt.Fprintf(w, ", includes %s", strings.Join(p.Includes, ", "))

@@ -9,7 +9,7 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/urfave/cli/v2"
 )
 
@@ -137,7 +137,7 @@ func printStatus(w io.Writer, t *statusTree) {
 		presets = strings.Join(t.Presets, ", ")
 	}
 	fmt.Fprintf(w, "  presets:   %s\n", safe(presets))
-	for _, line := range warmup.Exports(t.Env) {
+	for _, line := range preset.Exports(t.Env) {
 		fmt.Fprintf(w, "    %s\n", safe(line))
 	}
 	fmt.Fprintf(w, "  size:      %s (%s, %s), %s\n", plural(t.Entries, "entry", "entries"), plural(t.Files, "file", "files"),

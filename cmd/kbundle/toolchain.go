@@ -8,7 +8,7 @@ import (
 
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/hostinfo"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // pythonName matches a command that is a Python interpreter (python,
@@ -28,14 +28,14 @@ func warmPython(argv []string) string {
 }
 
 // toolchainMeta is the toolchain to record in a bundle for presets
-// (warmup.ToolchainKeys: with no preset, every key), read with python
+// (preset.ToolchainKeys: with no preset, every key), read with python
 // ("": $KBUNDLE_PYTHON, else python3 on PATH); err says why Python could
 // not be asked (what else was read is returned).
-func toolchainMeta(presets []*warmup.Preset, python string) (map[string]string, error) {
+func toolchainMeta(presets []*preset.Preset, python string) (map[string]string, error) {
 	if python == "" {
 		python = os.Getenv("KBUNDLE_PYTHON")
 	}
-	return hostinfo.Toolchain(python, os.Getenv, warmup.ToolchainKeys(presets))
+	return hostinfo.Toolchain(python, os.Getenv, preset.ToolchainKeys(presets))
 }
 
 // toolchainSummary is the toolchain recorded, for a person: "Python
@@ -49,7 +49,7 @@ func toolchainSummary(m map[string]string) string {
 		if !ok {
 			continue
 		}
-		s := warmup.Noun(r) + " " + v
+		s := preset.Noun(r) + " " + v
 		if r == bundle.MetaPython && m[bundle.MetaPythonPath] != "" {
 			s += " (" + m[bundle.MetaPythonPath] + ")"
 		}

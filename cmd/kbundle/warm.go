@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/kbundle/kbundle/warmup"
 	"github.com/urfave/cli/v2"
 )
@@ -59,7 +60,7 @@ func warm(c *cli.Context) error {
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	presets, err := warmup.ParseList(c.StringSlice("preset")...)
+	presets, err := preset.ParseList(c.StringSlice("preset")...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
@@ -85,17 +86,17 @@ func warm(c *cli.Context) error {
 		return cli.Exit("-o/--output needs --pack", exitUsage)
 	}
 
-	if err := warmup.Prepare(dir, presets...); err != nil {
+	if err := preset.Prepare(dir, presets...); err != nil {
 		return cli.Exit(err.Error(), exitError)
 	}
 	if fs := warmup.NetworkFS(dir); fs != "" {
 		warmWarn(c.App.ErrWriter, "%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
 	}
-	env, err := warmup.ChildEnv(os.Environ(), dir, presets...)
+	env, err := preset.ChildEnv(os.Environ(), dir, presets...)
 	if err != nil {
 		return cli.Exit(err.Error(), exitUsage)
 	}
-	vars, _ := warmup.EnvFor(dir, presets...)
+	vars, _ := preset.EnvFor(dir, presets...)
 	for _, kv := range vars {
 		warmInfo(c.App.ErrWriter, "setting %s", kv)
 	}
@@ -147,7 +148,7 @@ func warm(c *cli.Context) error {
 
 // warmCheck runs warmup.Check (against the bundle just packed, if any)
 // and maps its verdict to kbundle's exit status.
-func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*warmup.Preset) error {
+func warmCheck(c *cli.Context, dir, bundlePath string, argv []string, presets []*preset.Preset) error {
 	warmInfo(c.App.ErrWriter, "check: running %s again against a copy of %s unpacked at another path", argv[0], dir)
 	trust, err := trustPolicy()
 	if err != nil {
@@ -196,7 +197,7 @@ func commandExit(res *warmup.Result, pack bool) error {
 	return cli.Exit(what, res.ExitCode)
 }
 
-func printDelta(w io.Writer, dir string, res *warmup.Result, argv []string, top int, presets []*warmup.Preset) {
+func printDelta(w io.Writer, dir string, res *warmup.Result, argv []string, top int, presets []*preset.Preset) {
 	d := res.Delta
 	how := fmt.Sprintf("exited with status %d", res.ExitCode)
 	if res.Signal != 0 {
@@ -224,7 +225,7 @@ func printDelta(w io.Writer, dir string, res *warmup.Result, argv []string, top 
 			}
 		}
 	}
-	for _, ch := range append(append([]warmup.Change{}, d.Added...), d.Changed...) {
+	for _, ch := range append(append([]preset.Change{}, d.Added...), d.Changed...) {
 		name := warmup.DirOf(ch.Path)
 		s := subs[name]
 		if s == nil {

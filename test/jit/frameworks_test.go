@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kbundle/kbundle/internal/testutil"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // The big frameworks (JAX, PyTorch) come from PyPI into the project's
@@ -263,7 +263,7 @@ func inductorOtherCompiler(t *testing.T, py, script, bundlePath string, function
 	if _, stderr, code := testutil.Run(t, nil, kb, "extract", bundlePath, dest); code != 0 {
 		t.Fatalf("extract: %s", stderr)
 	}
-	p, _ := warmup.Lookup("inductor")
+	p, _ := preset.Lookup("inductor")
 	stdout, stderr, code := testutil.Run(t, append(p.Env(dest), "CXX=c++"), py, script)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)

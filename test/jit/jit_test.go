@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kbundle/kbundle/internal/testutil"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/kbundle/kbundle/warmup"
 )
 
@@ -114,7 +115,7 @@ func load(t *testing.T, v testutil.Variant, bundlePath, preset string) (dest str
 }
 
 // loadN is load with n ranks.
-func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, preset string) (dest string, env []string) {
+func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, name string) (dest string, env []string) {
 	t.Helper()
 	kb := testutil.Kbundle(t, v)
 	if _, _, code := testutil.Run(t, nil, kb, "load", "--help"); code != 0 {
@@ -126,24 +127,24 @@ func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, preset string) 
 	}
 	dest = filepath.Join(t.TempDir(), "loaded")
 	stdout, stderr, code := testutil.RunMPI(t, v, np, nil,
-		kb, "load", "--bundle", bundlePath, "--to", dest, "--preset", preset)
+		kb, "load", "--bundle", bundlePath, "--to", dest, "--name", name)
 	if code != 0 {
 		t.Fatalf("%s kbundle load: exit %d\nstdout:\n%s\nstderr:\n%s", testutil.Describe(v, np), code, stdout, stderr)
 	}
 	t.Logf("load (%s):\n%s%s", testutil.Describe(v, np), stdout, stderr)
 	env = parseExports(stdout)
-	p, err := warmup.Lookup(preset)
+	p, err := preset.Lookup(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := p.Env(dest)
 	if len(env) == 0 {
-		t.Errorf("kbundle load --preset %s printed no export lines; want %q", preset, want)
+		t.Errorf("kbundle load --name %s printed no export lines; want %q", name, want)
 		env = want
 	}
 	for _, kv := range want {
 		if !slices.Contains(env, kv) {
-			t.Errorf("kbundle load --preset %s did not print %s (printed %q)", preset, kv, env)
+			t.Errorf("kbundle load --name %s did not print %s (printed %q)", name, kv, env)
 		}
 	}
 	return dest, env
@@ -306,7 +307,7 @@ func (r openclResult) rank() int { return r.Rank }
 // pocl bookkeeping that a cache hit legitimately writes: an empty
 // last_accessed stamp per kernel directory and an empty temporary file per
 // process. Anything else (or anything with content) is a rebuild.
-func poclBookkeeping(c warmup.Change) bool {
+func poclBookkeeping(c preset.Change) bool {
 	base := filepath.Base(c.Path)
 	return c.Size == 0 && strings.HasPrefix(c.Path, "pocl/") &&
 		(base == "last_accessed" || strings.HasPrefix(base, "tempfile_"))
@@ -314,7 +315,7 @@ func poclBookkeeping(c warmup.Change) bool {
 
 func checkNoRebuild(t *testing.T, d *warmup.Delta) {
 	t.Helper()
-	for _, c := range append(append([]warmup.Change{}, d.Added...), d.Changed...) {
+	for _, c := range append(append([]preset.Change{}, d.Added...), d.Changed...) {
 		if !poclBookkeeping(c) {
 			t.Errorf("new cache content written (a kernel was rebuilt): %s (%d bytes)", c.Path, c.Size)
 		}
@@ -362,8 +363,8 @@ func pyopenclCacheAlone(t *testing.T, script, cacheDir string) {
 	if err := os.CopyFS(filepath.Join(dest, "xdg"), os.DirFS(filepath.Join(cacheDir, "xdg"))); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := warmup.Lookup("pyopencl")
-	if err := warmup.Prepare(dest, p); err != nil {
+	p, _ := preset.Lookup("pyopencl")
+	if err := preset.Prepare(dest, p); err != nil {
 		t.Fatal(err)
 	}
 	stdout, stderr, code := testutil.Run(t, p.Env(dest), python, script)

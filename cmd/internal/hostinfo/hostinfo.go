@@ -2,7 +2,7 @@
 // operating system, CPU architecture, model and feature flags, and the GPU
 // when one is visible. Compiled kernels are valid only on matching
 // hardware and software, so the packer records this and the loader
-// compares it (load's gpu.go, by warmup's rules). Toolchain reads the
+// compares it (load's gpu.go, by preset's reuse rules). Toolchain reads the
 // versions the frameworks' caches key on (Python's packages, Inductor's
 // C++ compiler, the CUDA runtime) without importing a framework. It only
 // reads; it never fails a caller: what it cannot learn it leaves out.

@@ -18,7 +18,7 @@ import (
 	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // The harvest's front door, beside the load's: `kbundle harvest`'s
@@ -122,12 +122,12 @@ func HarvestMeta(python string, getenv func(string) string) func(dest string) ma
 		python = getenv("KBUNDLE_PYTHON")
 	}
 	return func(dest string) map[string]string {
-		var presets []*warmup.Preset
+		var presets []*preset.Preset
 		if rec, err := bundle.ReadInstallRecord(dest); err == nil {
-			presets, _ = warmup.ParseList(rec.Presets...)
+			presets, _ = preset.ParseList(rec.Presets...)
 		}
 		m := hostinfo.Collect()
-		tc, _ := hostinfo.Toolchain(python, getenv, warmup.ToolchainKeys(presets))
+		tc, _ := hostinfo.Toolchain(python, getenv, preset.ToolchainKeys(presets))
 		maps.Copy(m, tc)
 		return m
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/kbundle/kbundle/internal/hostlist"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // SchemaVersion is the version of every JSON object kbundle prints
@@ -88,7 +88,7 @@ type Outcome struct {
 	// effects. UnknownNodes is how many nodes could not compare their
 	// toolchain (no Python to ask, a package the warm-up had not
 	// installed).
-	Mismatches   []warmup.Miss `json:"mismatches"`
+	Mismatches   []preset.Miss `json:"mismatches"`
 	UnknownNodes int           `json:"toolchain_unknown_nodes"`
 	// GPUArch (leaders) is the architecture this node installed the
 	// entries of ("" when it saw no GPU: every architecture);
@@ -123,7 +123,7 @@ func Loaded(f Front, sum *load.Summary, bundle string, usingMPI bool) Outcome {
 		SkippedNodes: sum.SkippedNodes, AllArchNodes: sum.AllArchNodes,
 	}
 	if o.Mismatches == nil {
-		o.Mismatches = []warmup.Miss{}
+		o.Mismatches = []preset.Miss{}
 	}
 	return o
 }
@@ -176,7 +176,7 @@ func Warnings(f Front, sum *load.Summary) []string {
 // keys that differ. Then what rank 0's node could not compare.
 func mismatchWarnings(f Front, sum *load.Summary) []string {
 	var w []string
-	var named []warmup.Miss // by a preset's rule
+	var named []preset.Miss // by a preset's rule
 	for _, m := range sum.Misses {
 		if len(m.Presets) > 0 {
 			named = append(named, m)

@@ -16,7 +16,7 @@ import (
 	"github.com/kbundle/kbundle/harvest"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // TestKindOf: the one classification of a load's failures, its exit
@@ -194,16 +194,16 @@ func TestFrontWords(t *testing.T) {
 // what could not be compared is said; what the GPU filter left out, and
 // the nodes that saw no GPU.
 func TestWarningsByRule(t *testing.T) {
-	miss := warmup.Miss{Key: bundle.MetaTriton, Compare: "exact", Warmed: "3.6.0", Here: "3.5.1", Presets: []string{"triton"},
+	miss := preset.Miss{Key: bundle.MetaTriton, Compare: "exact", Warmed: "3.6.0", Here: "3.5.1", Presets: []string{"triton"},
 		Effects: []string{"Triton will recompile every kernel"}}
 	for _, c := range []struct {
 		name string
 		sum  load.Summary
 		want []string
 	}{
-		{"one node", load.Summary{Nodes: 1, MismatchNodes: 1, Misses: []warmup.Miss{miss}},
+		{"one node", load.Summary{Nodes: 1, MismatchNodes: 1, Misses: []preset.Miss{miss}},
 			[]string{"warning: warmed with triton 3.6.0, here 3.5.1: Triton will recompile every kernel"}},
-		{"several", load.Summary{Nodes: 4, MismatchNodes: 3, Misses: []warmup.Miss{miss}},
+		{"several", load.Summary{Nodes: 4, MismatchNodes: 3, Misses: []preset.Miss{miss}},
 			[]string{"warning: 3 of 4 nodes differ from the machine the cache was warmed on in what their caches key on; rank 0's node:",
 				"warning: warmed with triton 3.6.0, here 3.5.1: Triton will recompile every kernel"}},
 		{"no python", load.Summary{Nodes: 1, ToolchainError: "cannot ask Python: python3: not found in PATH"},

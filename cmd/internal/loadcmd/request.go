@@ -17,7 +17,7 @@ import (
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 	"golang.org/x/sys/unix"
 )
 
@@ -180,7 +180,7 @@ func (o *Options) ProbeInProcess(call func(script string, want []byte) ([]byte, 
 }
 
 // Presets are the presets asked for (none: the bundle's recorded ones).
-func (o Options) Presets() []*warmup.Preset { return o.plan.Presets }
+func (o Options) Presets() []*preset.Preset { return o.plan.Presets }
 
 // Resolve reads r as front f reads it, on rank rank: each setting from the
 // Settings table (the value given, else its variable, else the default),
@@ -221,11 +221,11 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	}
 	p.UseRecorded = !r.ReplacePresets
 	if names != nil {
-		ps, err := warmup.ParseList(*names...)
+		ps, err := preset.ParseList(*names...)
 		if err != nil {
 			return o, &usageError{err}
 		}
-		p.Presets = append([]*warmup.Preset{}, ps...) // added to the recorded ones unless replaced
+		p.Presets = append([]*preset.Preset{}, ps...) // added to the recorded ones unless replaced
 	}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
@@ -365,7 +365,7 @@ func resolveGPUArch(r Request, f Front, getenv func(string) string) (string, err
 	if strings.TrimSpace(v) == "" {
 		return "", nil
 	}
-	a, err := warmup.ParseGPUArch(v)
+	a, err := preset.ParseGPUArch(v)
 	switch {
 	case err != nil && given:
 		return "", usagef("%s: %v", f.given("gpu-arch", v), err)

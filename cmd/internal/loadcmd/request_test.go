@@ -117,7 +117,7 @@ func TestResolvePythonReadsOnlyItsEnviron(t *testing.T) {
 }
 
 // TestResolveGPUArchAndPython: --gpu-arch, else KBUNDLE_GPU_ARCH, read as
-// warmup.ParseGPUArch reads them (a usage error otherwise); the Python
+// preset.ParseGPUArch reads them (a usage error otherwise); the Python
 // asked is the one given, else KBUNDLE_PYTHON.
 func TestResolveGPUArchAndPython(t *testing.T) {
 	for _, c := range []struct {

@@ -13,7 +13,7 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
-	"github.com/kbundle/kbundle/warmup"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // Tree states in `kbundle status`.
@@ -160,14 +160,14 @@ func TreeStatus(dest string) Tree {
 		}
 	}
 	t.Entries, t.RawBytes = t.Files+t.Dirs, t.Bytes
-	var presets []*warmup.Preset
+	var presets []*preset.Preset
 	for _, n := range rec.Presets {
-		if p, err := warmup.Lookup(n); err == nil {
+		if p, err := preset.Lookup(n); err == nil {
 			presets = append(presets, p)
 		}
 	}
 	if len(presets) == len(rec.Presets) {
-		t.Env, _ = warmup.EnvFor(dest, presets...)
+		t.Env, _ = preset.EnvFor(dest, presets...)
 	}
 	ch, err := bundle.CompareTree(dest, rec)
 	if err != nil {

@@ -1,4 +1,4 @@
-package warmup
+package preset
 
 import (
 	"errors"
@@ -138,4 +138,14 @@ func hasContent(fsys fs.FS, p *Preset) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Names returns the presets' names joined by commas, as recorded in
+// a bundle's "preset" metadata (bundle.MetaPreset).
+func Names(ps []*Preset) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ",")
 }

@@ -1,4 +1,4 @@
-package warmup
+package preset
 
 import (
 	"encoding/binary"
@@ -130,7 +130,7 @@ func TestToolchainKeys(t *testing.T) {
 // TestReuseRulesDocumented: docs/presets.md holds the rule table as
 // ReuseTable writes it (KBUNDLE_UPDATE_DOCS=1 rewrites it).
 func TestReuseRulesDocumented(t *testing.T) {
-	const begin, end = "<!-- reuse-rules: warmup.ReuseTable, kept by TestReuseRulesDocumented -->\n", "<!-- end reuse-rules -->"
+	const begin, end = "<!-- reuse-rules: preset.ReuseTable, kept by TestReuseRulesDocumented -->\n", "<!-- end reuse-rules -->"
 	p := filepath.Join("..", "docs", "presets.md")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -151,7 +151,7 @@ func TestReuseRulesDocumented(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("docs/presets.md's rule table differs from warmup.ReuseTable(); run KBUNDLE_UPDATE_DOCS=1 go test ./warmup -run TestReuseRulesDocumented")
+	t.Errorf("docs/presets.md's rule table differs from preset.ReuseTable(); run KBUNDLE_UPDATE_DOCS=1 go test ./preset -run TestReuseRulesDocumented")
 }
 
 func TestParseGPUArch(t *testing.T) {

@@ -1,4 +1,4 @@
-package warmup
+package preset
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestPresetsFromMeta(t *testing.T) {
 				meta[bundle.MetaPreset] = tc.value
 			}
 			ps, err := PresetsFromMeta(meta)
-			if got := PresetNames(ps); got != tc.want {
+			if got := Names(ps); got != tc.want {
 				t.Errorf("presets %q, want %q", got, tc.want)
 			}
 			if errors.Is(err, ErrUnknownPreset) != tc.unknown {
@@ -65,7 +65,7 @@ func TestMissingContent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := PresetNames(missing); got != "pyopencl,jax" {
+	if got := Names(missing); got != "pyopencl,jax" {
 		t.Errorf("missing %q, want pyopencl,jax", got)
 	}
 }
@@ -86,19 +86,19 @@ func TestMissingContentBundle(t *testing.T) {
 	}
 	defer rc.Close()
 	recorded, err := PresetsFromMeta(rc.Meta())
-	if err != nil || PresetNames(recorded) != "numba" {
-		t.Fatalf("recorded %q, %v", PresetNames(recorded), err)
+	if err != nil || Names(recorded) != "numba" {
+		t.Fatalf("recorded %q, %v", Names(recorded), err)
 	}
 	asked, _ := ParseList("numba", "triton")
 	missing, err := MissingContent(rc, asked)
-	if err != nil || PresetNames(missing) != "triton" {
-		t.Errorf("missing %q, %v; want triton", PresetNames(missing), err)
+	if err != nil || Names(missing) != "triton" {
+		t.Errorf("missing %q, %v; want triton", Names(missing), err)
 	}
 }
 
 func TestParseListUnknown(t *testing.T) {
 	ps, err := ParseList("numba", "nope,zip")
-	if !errors.Is(err, ErrUnknownPreset) || PresetNames(ps) != "numba" {
+	if !errors.Is(err, ErrUnknownPreset) || Names(ps) != "numba" {
 		t.Errorf("%q %v", names(ps), err)
 	}
 }

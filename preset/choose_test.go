@@ -1,4 +1,4 @@
-package warmup
+package preset
 
 import (
 	"errors"
@@ -39,8 +39,8 @@ func TestChoose(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || PresetNames(got) != tc.want {
-				t.Fatalf("Choose = %q, %v; want %q", PresetNames(got), err, tc.want)
+			if err != nil || Names(got) != tc.want {
+				t.Fatalf("Choose = %q, %v; want %q", Names(got), err, tc.want)
 			}
 		})
 	}
