@@ -33,8 +33,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/load"
-	"github.com/kbundle/kbundle/mpi"
 )
 
 // P2P is what Run needs of the leaders' communicator besides
@@ -216,43 +214,20 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		plan.Chunk = DefaultChunk
 	}
 	plan.Chunk = min(plan.Chunk, maxPiece)
-	var node broadcast.NodeComm
-	var err error
-	if plan.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest = load.FakeNodeDest(plan.Dest, plan.RanksPerNode, world.Rank())
-	} else {
-		node, err = world.SplitShared()
-	}
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
 	if err != nil {
-		return nil, commErr("split by node", err)
+		return nil, fmt.Errorf("%w: harvest: %w", broadcast.ErrComm, err)
 	}
-	defer node.Free()
-	leader := node.Rank() == 0
+	defer nodes.Free()
+	plan.Dest = nodes.Dest(plan.Dest)
+	leader := nodes.Leader
 	var where destFound
 	if err := shareSet(world, &plan, leader, &where); err != nil {
 		return nil, err
 	}
-	first, err := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
-	if err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	last, err := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
-	if err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	color := 1
-	if leader {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return nil, commErr("split leaders", err)
-	}
-	defer group.Free()
 	var out []byte
 	if leader {
-		out, err = lead(ctx, group, plan, int(first), int(last), where)
+		out, err = lead(ctx, nodes.Leaders, plan, nodes.First, nodes.Last, where)
 		if err != nil {
 			return nil, err // a communicator failure: local
 		}

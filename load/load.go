@@ -209,39 +209,15 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if plan.Dest == "" {
 		return nil, errors.New("load: no destination directory")
 	}
-	var node broadcast.NodeComm
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", broadcast.ErrComm, err)
+	}
+	defer nodes.Free()
+	node, group := nodes.Node, nodes.Leaders
 	base := plan.Dest
-	if plan.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest = FakeNodeDest(base, plan.RanksPerNode, world.Rank())
-	} else {
-		node, err = world.SplitShared()
-	}
-	if err != nil {
-		return nil, commErr("split by node", err)
-	}
-	defer node.Free()
-	l := &leader{plan: plan, world: world, sum: &Summary{Dest: plan.Dest, Ranks: world.Size(), Leader: node.Rank() == 0}}
-	if l.first, err = node.AllreduceInt64(int64(world.Rank()), mpi.Min); err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	if l.last, err = node.AllreduceInt64(int64(world.Rank()), mpi.Max); err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	color := 1
-	if l.sum.Leader {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return nil, commErr("split leaders", err)
-	}
-	defer group.Free()
-	nodes, err := world.AllreduceInt64(int64(1-color), mpi.Sum)
-	if err != nil {
-		return nil, commErr("count nodes", err)
-	}
-	l.sum.Nodes = int(nodes)
+	plan.Dest = nodes.Dest(base)
+	l := &leader{plan: plan, world: world, nodes: nodes, sum: &Summary{Dest: plan.Dest, Ranks: world.Size(), Leader: nodes.Leader, Nodes: nodes.Count}}
 	if plan.GuessableDest {
 		if err := l.avoidTaken(base); err != nil {
 			return nil, err
@@ -315,20 +291,20 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 
 // leader carries one rank's part of a Run.
 type leader struct {
-	plan        Plan
-	world       broadcast.NodeComm
-	first, last int64 // world ranks of this node
-	sum         *Summary
-	staged      *bundle.Staged
-	madeDest    bool // avoidTaken made (claimed) the empty Dest
-	presets     []*preset.Preset
-	stats       broadcast.Stats
-	extract     time.Duration
-	bundlePath  string            // rank 0's bundle, absolute, for the install record
-	layerPaths  []string          // the set's layers above its base, in order
-	content     bundle.Digest     // the set's content digest, from rank 0
-	info        map[string]string // HostInfo's, once infoDone
-	infoDone    bool
+	plan       Plan
+	world      broadcast.NodeComm
+	nodes      *broadcast.Nodes // this rank's node, its ranks and its fake-node DEST
+	sum        *Summary
+	staged     *bundle.Staged
+	madeDest   bool // avoidTaken made (claimed) the empty Dest
+	presets    []*preset.Preset
+	stats      broadcast.Stats
+	extract    time.Duration
+	bundlePath string            // rank 0's bundle, absolute, for the install record
+	layerPaths []string          // the set's layers above its base, in order
+	content    bundle.Digest     // the set's content digest, from rank 0
+	info       map[string]string // HostInfo's, once infoDone
+	infoDone   bool
 	// gpuUnits: the set holds entries of GPU architectures (rank 0's
 	// setInfo); skip is this node's filter (nil: none), skippedArchs what
 	// it left out; allArchs: it saw no GPU and installs every one.
@@ -347,9 +323,9 @@ func (l *leader) abort() {
 
 // describe names this node and its ranks in err.
 func (l *leader) describe(err error) error {
-	ranks := "rank " + strconv.FormatInt(l.first, 10)
-	if l.last > l.first {
-		ranks = fmt.Sprintf("ranks %d-%d", l.first, l.last)
+	ranks := "rank " + strconv.Itoa(l.nodes.First)
+	if l.nodes.Last > l.nodes.First {
+		ranks = fmt.Sprintf("ranks %d-%d", l.nodes.First, l.nodes.Last)
 	}
 	host := l.plan.Host
 	if host == "" {
@@ -652,17 +628,6 @@ func (l *leader) heldSummary(set *bundle.OpenedSet) {
 	}
 }
 
-// FakeNodeDest is dest on the fake node of world rank rank when every
-// ranksPerNode consecutive ranks form one node (Plan.RanksPerNode, for
-// tests): dest + ".node<k>"; dest itself when ranksPerNode <= 0. Harvest
-// and status name each fake node's DEST by the same rule.
-func FakeNodeDest(dest string, ranksPerNode, rank int) string {
-	if ranksPerNode <= 0 {
-		return dest
-	}
-	return dest + ".node" + strconv.Itoa(rank/ranksPerNode)
-}
-
 // avoidTaken claims Dest on every leader and moves the load to an
 // unguessable sibling of base, the same on every node, when another user
 // holds Dest on some node (W6). Rank 0 draws the name; nobody could have
@@ -708,7 +673,7 @@ func (l *leader) avoidTaken(base string) (err error) {
 	}
 	l.unclaim() // not used: nothing is left under the guessable name
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
-	l.plan.Dest = FakeNodeDest(base+"-"+hex.EncodeToString(buf), l.plan.RanksPerNode, l.world.Rank())
+	l.plan.Dest = l.nodes.Dest(base + "-" + hex.EncodeToString(buf))
 	l.sum.Dest = l.plan.Dest
 	if l.sum.Leader && bundle.ClaimDir(l.plan.Dest) == nil {
 		l.madeDest = true
