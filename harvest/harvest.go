@@ -331,7 +331,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 		return outcome(&Summary{Set: plan.Bundle, DryRun: plan.DryRun, Nodes: []NodeReport{}}, err), nil
 	}
-	have, units := setView(plan.Bundle, plan.Trust)
+	look := lookAtSet(plan.Bundle, plan.Trust)
+	defer look.close()
+	have, units := look.view()
 	sum, choice := choose(lists, have)
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()
@@ -346,7 +348,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	var werr error
 	if total > 0 && !plan.DryRun {
-		if n, err := pendingLayers(plan.Bundle); err == nil && n >= bundle.MaxLayers {
+		if n, err := look.pending(); err == nil && n >= bundle.MaxLayers {
 			werr = fmt.Errorf("%s has %d layers already (limit %d); run kbundle merge %s, then harvest again", plan.Bundle, n, bundle.MaxLayers, plan.Bundle)
 		}
 	}
@@ -357,7 +359,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			}
 		}
 		if werr == nil {
-			settle(ctx, plan, sum, lists, choice, uses, now)
+			settle(ctx, plan, look, sum, lists, choice, uses, now)
 		}
 		return outcome(sum, werr), nil
 	}
@@ -366,6 +368,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			return nil, err
 		}
 	}
+	look.close() // read: the set is opened again only after the layer is published
 	var commFail error
 	filled := false
 	var filesErr error // a file's own (fileErr): it says what to do
@@ -432,6 +435,6 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	if pub.Untrusted != nil {
 		sum.Untrusted = pub.Untrusted.Error()
 	}
-	settle(ctx, plan, sum, lists, choice, uses, now)
+	settle(ctx, plan, look, sum, lists, choice, uses, now)
 	return outcome(sum, nil), nil
 }
