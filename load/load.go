@@ -255,7 +255,20 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 		l.abort()
 		return nil, err
 	}
-	// Every node staged: install everywhere, or roll back everywhere.
+	if err := l.install(); err != nil {
+		return nil, err
+	}
+	if err := l.tell(group); err != nil {
+		return nil, err
+	}
+	l.sum.Total = time.Since(start)
+	return l.sum, nil
+}
+
+// install installs every node's staged copy, or rolls back everywhere:
+// collective, after every node staged.
+func (l *leader) install() error {
+	var local error
 	if l.staged != nil {
 		local = l.staged.Install()
 		if local != nil {
@@ -264,29 +277,35 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	}
 	if err := l.agree(local); err != nil {
 		l.abort()
-		return nil, err
+		return err
 	}
 	if l.staged != nil {
 		l.staged.Commit() // the old tree, if any, is gone or will be removed as stale
 	}
+	return nil
+}
+
+// tell gives every rank the load's summary after the install: the
+// leaders' notes (gathered over group), rank 0's summary, which nodes
+// held the set already, and the presets' environment for Dest.
+func (l *leader) tell(group broadcast.NodeComm) error {
 	if l.sum.Leader {
 		if err := l.gatherNotes(group); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := l.share(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := l.shareHeld(); err != nil {
-		return nil, err
+		return err
 	}
 	env, err := preset.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	l.sum.Env = env
-	l.sum.Total = time.Since(start)
-	return l.sum, nil
+	return nil
 }
 
 // leader carries one rank's part of a Run.
@@ -469,30 +488,66 @@ func (l *leader) choosePresets(meta map[string]string) ([]*preset.Preset, error)
 // stage runs the stream on a leader and stages its node's copy. The error
 // is this node's, described; one matching broadcast.ErrComm is local.
 func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
-	var set *bundle.OpenedSet
-	var rc *bundle.ReadCloser
-	var srcErr error
-	if group.Rank() == 0 {
-		t := time.Now()
-		l.sum.Bundle = l.plan.Bundle
-		l.bundlePath = absPath(l.plan.Bundle)
-		set, srcErr = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
-		if l.plan.AllowMissing && errors.Is(srcErr, fs.ErrNotExist) {
-			set, srcErr = bundle.EmptySet(l.plan.Bundle)
-			l.sum.Missing = srcErr == nil
-		}
-		if srcErr == nil {
-			defer set.Close()
-			rc = set.Read[0]
-		}
-		l.stats.Read = time.Since(t)
+	set, srcErr := l.openSet(group)
+	if set != nil && srcErr == nil {
+		defer set.Close()
 	}
-	// A node whose DEST holds the set already is left as it is; when
-	// every node does, nothing is streamed (rank 0 read the header and
-	// index only).
-	held, refuse, err := l.checkHeld(group, set)
+	held, done, sub, err := l.splitHeld(group, set)
+	if done {
+		return err
+	}
+	if sub != nil {
+		defer sub.Free()
+		group = sub
+	}
+	if err := l.gpuFilter(group, set); err != nil {
+		return err
+	}
+	var rc *bundle.ReadCloser
+	if set != nil && srcErr == nil {
+		rc = set.Read[0]
+	}
+	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
+	if held {
+		l.heldSummary(set)
+	}
+	local, err := l.streamLayers(ctx, group, set, srcErr, k)
 	if err != nil {
 		return err
+	}
+	return l.verdict(ctx, group, k, local)
+}
+
+// openSet opens the set on rank 0 of group (the leaders), trusted; an
+// empty one when it is missing and the plan allows it. Elsewhere it
+// returns nil, nil.
+func (l *leader) openSet(group broadcast.NodeComm) (set *bundle.OpenedSet, err error) {
+	if group.Rank() != 0 {
+		return nil, nil
+	}
+	t := time.Now()
+	l.sum.Bundle = l.plan.Bundle
+	l.bundlePath = absPath(l.plan.Bundle)
+	set, err = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
+	if l.plan.AllowMissing && errors.Is(err, fs.ErrNotExist) {
+		set, err = bundle.EmptySet(l.plan.Bundle)
+		l.sum.Missing = err == nil
+	}
+	l.stats.Read = time.Since(t)
+	return set, err
+}
+
+// splitHeld agrees over group on the nodes whose DEST holds the set
+// already (checkHeld): each is left as it is, and when every node holds
+// it nothing is streamed (rank 0 read the header and index only). done:
+// this leader streams nothing (the set was refused somewhere, every node
+// holds it, or this one does), and err is its outcome. Otherwise sub,
+// when not nil, is the communicator of the nodes the set streams to,
+// split off group, for the caller to free.
+func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet) (held, done bool, sub broadcast.NodeComm, err error) {
+	held, refuse, err := l.checkHeld(group, set)
+	if err != nil {
+		return false, true, nil, err
 	}
 	counts := [2]int64{}
 	if held {
@@ -503,18 +558,18 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 	}
 	for i := range counts {
 		if counts[i], err = group.AllreduceInt64(counts[i], mpi.Sum); err != nil {
-			return commErr("set check", err)
+			return held, true, nil, commErr("set check", err)
 		}
 	}
 	switch {
 	case counts[1] > 0: // refused somewhere: nothing streams, nothing changes anywhere
 		if refuse != nil {
-			return l.describe(refuse)
+			return held, true, nil, l.describe(refuse)
 		}
-		return nil
+		return held, true, nil, nil
 	case counts[0] == int64(group.Size()):
 		l.heldSummary(set)
-		return nil
+		return held, true, nil, nil
 	case counts[0] > 0:
 		// Rank 0 streams to the nodes that need the set; the others wait.
 		color := 0
@@ -523,24 +578,24 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		sub, err := group.Split(color, group.Rank())
 		if err != nil {
-			return commErr("split the nodes to load", err)
+			return held, true, nil, commErr("split the nodes to load", err)
 		}
-		defer sub.Free()
 		if color == 1 {
+			sub.Free()
 			l.sum.AlreadyInstalled = true
-			return nil
+			return held, true, nil, nil
 		}
-		group = sub
+		return held, false, sub, nil
 	}
-	if err := l.gpuFilter(group, set); err != nil {
-		return err
-	}
-	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
-	if held {
-		l.heldSummary(set)
-	}
-	// The base, then each layer: one stream each (docs/WIRE.md).
-	var local, cerr error
+	return held, false, nil, nil
+}
+
+// streamLayers streams the base, then each layer: one stream each
+// (docs/WIRE.md), into k, and waits for the staging. local is this
+// node's failure; err, rank 0's announced failure (the same on every
+// leader) or ErrComm, ends the stage as it is.
+func (l *leader) streamLayers(ctx context.Context, group broadcast.NodeComm, set *bundle.OpenedSet, srcErr error, k *sink) (local, err error) {
+	var cerr error
 	for i := 0; i <= len(l.layerPaths); i++ {
 		var src *bundle.Reader
 		if set != nil {
@@ -555,7 +610,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 				<-k.staged
 				l.abort()
 			}
-			return err // rank 0's announced failure, the same on every leader, or ErrComm
+			return nil, err
 		}
 		if local == nil && loc != errNotStaged {
 			local = loc
@@ -580,11 +635,17 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		l.sum.Held = k.s.Held()
 	}
+	return local, nil
+}
+
+// verdict ends a stage that streamed: with local nil, the host check;
+// otherwise the staging is undone and the failure said once. What rank
+// 0 read and decoded itself failing means the file is bad: that is one
+// failure, said once for the file, not once per node.
+func (l *leader) verdict(ctx context.Context, group broadcast.NodeComm, k *sink, local error) error {
 	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
 		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
 	}
-	// What rank 0 read and decoded itself failing means the file is bad:
-	// that is one failure, said once for the file, not once per node.
 	var fileBad int64
 	if group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle) {
 		fileBad = 1
