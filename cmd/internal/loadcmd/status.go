@@ -142,6 +142,28 @@ func TreeStatus(dest string) Tree {
 		t.State, t.Reason = StateUnreadable, "cannot read its install record: "+err.Error()
 		return t
 	}
+	t.fromRecord(dest, rec)
+	ch, err := bundle.CompareTree(dest, rec)
+	if err != nil {
+		t.State, t.Reason = StateUnreadable, err.Error()
+		return t
+	}
+	if h, err := bundle.ReadHarvestRecord(dest); err == nil {
+		t.Harvested = h
+	}
+	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	for _, n := range ch.New {
+		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
+			t.Tree.NewDirs++
+		}
+	}
+	return t
+}
+
+// fromRecord fills in what the install record rec of the tree at dest
+// says: its layers, when and where it was installed, its entries and the
+// presets' environment (none when a preset is unknown here).
+func (t *Tree) fromRecord(dest string, rec *bundle.InstallRecord) {
 	t.State = StateInstalled
 	if rec.Dest != dest {
 		t.RecordedDest = rec.Dest
@@ -169,21 +191,6 @@ func TreeStatus(dest string) Tree {
 	if len(presets) == len(rec.Presets) {
 		t.Env, _ = preset.EnvFor(dest, presets...)
 	}
-	ch, err := bundle.CompareTree(dest, rec)
-	if err != nil {
-		t.State, t.Reason = StateUnreadable, err.Error()
-		return t
-	}
-	if h, err := bundle.ReadHarvestRecord(dest); err == nil {
-		t.Harvested = h
-	}
-	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
-	for _, n := range ch.New {
-		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
-			t.Tree.NewDirs++
-		}
-	}
-	return t
 }
 
 // MinePrefix is the pattern of the default DEST's siblings of user under
