@@ -73,14 +73,15 @@ func (l *leader) share() error {
 	s.Read = time.Duration(read)
 
 	// The presets: rank 0's choice (it may come from the bundle).
-	buf := make([]byte, maxPresetList)
+	var mine []byte
 	if l.world.Rank() == 0 {
-		copy(buf, preset.Names(l.presets))
+		mine = []byte(preset.Names(l.presets))
 	}
-	if err := l.world.Bcast(buf, 0); err != nil {
+	buf, err := broadcast.BcastBytes(l.world, mine, maxPresetList)
+	if err != nil {
 		return commErr("presets", err)
 	}
-	names := strings.TrimRight(string(buf), "\x00")
+	names := string(buf)
 	if names != "" {
 		s.Presets = strings.Split(names, ",")
 	}
