@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start bench-mdlat
 
 all: build
 
@@ -102,6 +102,12 @@ bench-harvest: build
 # and 4 ranks per node (docs/PERFORMANCE.md, "The fixed cost of a load").
 bench-start: build
 	scripts/bench/start.sh
+
+# B2, the metadata-latency sweep: the Numba first step against a warm
+# cache on the network FS, with D ms added to each of its round trips
+# (docs/PERFORMANCE.md, "Where kbundle wins: metadata latency").
+bench-mdlat: build
+	scripts/bench/mdlat.sh
 
 clean:
 	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info

@@ -48,6 +48,69 @@ type CleanResult struct {
 	Missing bool   // dest did not exist: nothing to do
 }
 
+// openParent opens the directory that holds dest and stats dest in it,
+// not following a symlink. An error matching unix.ENOENT: either is
+// missing.
+func openParent(dest string) (pfd int, st unix.Stat_t, err error) {
+	pfd, err = unix.Open(filepath.Dir(dest), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: filepath.Dir(dest), Err: err}
+	}
+	if err = unix.Fstatat(pfd, filepath.Base(dest), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		unix.Close(pfd)
+		return -1, st, &os.PathError{Op: "lstat", Path: dest, Err: err}
+	}
+	return pfd, st, nil
+}
+
+// notOwner says that a DEST of uid is not owner's: the caller's, or, for
+// a clean for a user, that user's.
+func notOwner(uid, owner uint32, forUser bool) string {
+	whose := fmt.Sprintf("you (uid %d)", owner)
+	if forUser {
+		whose = fmt.Sprintf("uid %d%s, whose trees you asked to remove", owner, userName(owner))
+	}
+	return fmt.Sprintf("it is owned by uid %d%s, not by %s%s", uid, userName(uid), whose, cleanKeeps)
+}
+
+// lockAndRecheck takes the lock of DEST (fd, name in pfd, st as Clean
+// checked it) and checks again under it: missing when another clean
+// removed it meanwhile, else refusal says why it stays ("": it goes):
+// replaced, a mount point, a marker that is not kbundle's, or a load
+// installing it now.
+func lockAndRecheck(pfd, fd int, name, dest string, st *unix.Stat_t, owner uint32) (missing bool, refusal string, err error) {
+	// Two cleans of one DEST at once (a clean on every task of a node:
+	// Hydra's mpiexec --map-by binds and does not place, so `mpiexec
+	// --map-by ppr:1:node kbundle clean` runs one a slot): one removes
+	// it, holding its lock; the others wait, then find nothing to do.
+	if !lockDir(fd) {
+		return false, "another kbundle clean has held it for " + cleanWait.String() + cleanKeeps + "; run clean again once it ended", nil
+	}
+	var now unix.Stat_t
+	switch err := unix.Fstatat(pfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); {
+	case errors.Is(err, unix.ENOENT):
+		return true, "", nil
+	case err != nil:
+		return false, "", &os.PathError{Op: "lstat", Path: dest, Err: err}
+	case now.Dev != st.Dev || now.Ino != st.Ino:
+		return false, "it was replaced while kbundle clean looked at it" + cleanKeeps, nil
+	}
+	if mountPoint(pfd, fd, st) {
+		return false, "it is a mount point, which kbundle never removes" + cleanKeeps, nil
+	}
+	if msg := markerProblem(fd, st); msg != "" {
+		return false, strings.TrimSuffix(msg, forceKeeps) + cleanKeeps, nil
+	}
+	if live, named := liveTemp(pfd, name, owner); live {
+		why := "a kbundle load of this host is installing it now"
+		if !named {
+			why = "a kbundle run of this host that does not say which destination it installs (an older kbundle) is installing beside it now"
+		}
+		return false, "it is in use: " + why + " (a locked temporary tree next to it)" + cleanKeeps + "; run clean again once the load ended", nil
+	}
+	return false, "", nil
+}
+
 // Clean removes dest when, and only when, all of these hold; otherwise it
 // returns an error matching ErrDestination, saying which failed, and
 // touches nothing:
@@ -88,25 +151,16 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 	refuse := func(msg string) (CleanResult, error) {
 		return res, &Error{File: dest, Err: ErrDestination, Msg: msg}
 	}
-	pfd, err := unix.Open(filepath.Dir(dest), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	pfd, st, err := openParent(dest)
 	if errors.Is(err, unix.ENOENT) {
 		res.Missing = true
 		return res, nil
 	}
 	if err != nil {
-		return res, &os.PathError{Op: "open", Path: filepath.Dir(dest), Err: err}
+		return res, err
 	}
 	defer unix.Close(pfd)
 	name := filepath.Base(dest)
-	var st unix.Stat_t
-	err = unix.Fstatat(pfd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.ENOENT) {
-		res.Missing = true
-		return res, nil
-	}
-	if err != nil {
-		return res, &os.PathError{Op: "lstat", Path: dest, Err: err}
-	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 	case unix.S_IFLNK:
@@ -115,11 +169,7 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 		return refuse("it is not a directory" + cleanKeeps)
 	}
 	if st.Uid != owner {
-		whose := fmt.Sprintf("you (uid %d)", owner)
-		if opt.ForUser {
-			whose = fmt.Sprintf("uid %d%s, whose trees you asked to remove", owner, userName(owner))
-		}
-		return refuse(fmt.Sprintf("it is owned by uid %d%s, not by %s%s", st.Uid, userName(st.Uid), whose, cleanKeeps))
+		return refuse(notOwner(st.Uid, owner, opt.ForUser))
 	}
 	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -129,35 +179,15 @@ func Clean(dest string, opt *CleanOptions) (res CleanResult, err error) {
 	if !sameInode(fd, &st) {
 		return refuse("it was replaced while kbundle clean looked at it" + cleanKeeps)
 	}
-	// Two cleans of one DEST at once (a clean on every task of a node:
-	// Hydra's mpiexec --map-by binds and does not place, so `mpiexec
-	// --map-by ppr:1:node kbundle clean` runs one a slot): one removes
-	// it, holding its lock; the others wait, then find nothing to do.
-	if !lockDir(fd) {
-		return refuse("another kbundle clean has held it for " + cleanWait.String() + cleanKeeps + "; run clean again once it ended")
-	}
-	var now unix.Stat_t
-	switch err := unix.Fstatat(pfd, name, &now, unix.AT_SYMLINK_NOFOLLOW); {
-	case errors.Is(err, unix.ENOENT):
+	missing, refusal, err := lockAndRecheck(pfd, fd, name, dest, &st, owner)
+	switch {
+	case err != nil:
+		return res, err
+	case missing:
 		res.Missing = true // the other clean removed it
 		return res, nil
-	case err != nil:
-		return res, &os.PathError{Op: "lstat", Path: dest, Err: err}
-	case now.Dev != st.Dev || now.Ino != st.Ino:
-		return refuse("it was replaced while kbundle clean looked at it" + cleanKeeps)
-	}
-	if mountPoint(pfd, fd, &st) {
-		return refuse("it is a mount point, which kbundle never removes" + cleanKeeps)
-	}
-	if msg := markerProblem(fd, &st); msg != "" {
-		return refuse(strings.TrimSuffix(msg, forceKeeps) + cleanKeeps)
-	}
-	if live, named := liveTemp(pfd, name, owner); live {
-		why := "a kbundle load of this host is installing it now"
-		if !named {
-			why = "a kbundle run of this host that does not say which destination it installs (an older kbundle) is installing beside it now"
-		}
-		return refuse("it is in use: " + why + " (a locked temporary tree next to it)" + cleanKeeps + "; run clean again once the load ended")
+	case refusal != "":
+		return refuse(refusal)
 	}
 	if opt.Keep != nil {
 		rec, _ := readRecordAt(fd, dest)

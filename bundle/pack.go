@@ -292,6 +292,26 @@ func sameFile(a *unix.Stat_t, f *packFile) bool {
 	return uint64(a.Dev) == f.dev && a.Ino == f.ino
 }
 
+// enterDir records the directory pf (name in fd, abs on disk), opened
+// without following a symlink and checked to be the one listed, and
+// walks it.
+func (t *treeWalk) enterDir(fd int, name, abs string, pf packFile) error {
+	sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: abs, Err: err}
+	}
+	defer unix.Close(sub)
+	var sst unix.Stat_t
+	if err := unix.Fstat(sub, &sst); err != nil || !sameFile(&sst, &pf) {
+		return &Error{Entry: pf.rel, Err: errChanged, Msg: "the directory was replaced"}
+	}
+	pf.mode, pf.mtime = fs.FileMode(sst.Mode&0o777), statTime(sst.Mtim)
+	t.note(&pf, &sst, "directory", abs)
+	t.dirs = append(t.dirs, pf)
+	t.kinds[pf.rel] = 'd'
+	return t.walkDir(sub, pf.rel)
+}
+
 // walkDir lists the directory open as fd, whose path relative to the root
 // is rel ("" for the root), in lexical order, depth first.
 func (t *treeWalk) walkDir(fd int, rel string) error {
@@ -341,22 +361,7 @@ func (t *treeWalk) walkDir(fd int, rel string) error {
 			size: st.Size, dev: uint64(st.Dev), ino: st.Ino}
 		switch kind {
 		case unix.S_IFDIR:
-			sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return &os.PathError{Op: "open", Path: abs, Err: err}
-			}
-			var sst unix.Stat_t
-			if err := unix.Fstat(sub, &sst); err != nil || !sameFile(&sst, &pf) {
-				unix.Close(sub)
-				return &Error{Entry: r, Err: errChanged, Msg: "the directory was replaced"}
-			}
-			pf.mode, pf.mtime = fs.FileMode(sst.Mode&0o777), statTime(sst.Mtim)
-			t.note(&pf, &sst, "directory", abs)
-			t.dirs = append(t.dirs, pf)
-			t.kinds[r] = 'd'
-			err = t.walkDir(sub, r)
-			unix.Close(sub)
-			if err != nil {
+			if err := t.enterDir(fd, name, abs, pf); err != nil {
 				return err
 			}
 		case unix.S_IFREG:

@@ -13,37 +13,62 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 )
 
-// pendingLayers is how many layers the set has above its base's fold.
-func pendingLayers(set string) (int, error) {
-	s, err := bundle.OpenSet(set, nil)
-	if errors.Is(err, bundle.ErrNoSet) || errors.Is(err, fs.ErrNotExist) {
+// setLook is rank 0's one opening of the set before it publishes (the
+// view, the layer count and a dry run's pruning all read it); settle
+// opens the set again only after a layer was published. s is the set,
+// or nil and err why it could not be opened (bundle.ErrNoSet or
+// fs.ErrNotExist: there is none yet).
+type setLook struct {
+	s   *bundle.OpenedSet
+	err error
+}
+
+// lookAtSet opens set, untrusted: what it holds decides what is new,
+// not what runs.
+func lookAtSet(set string, trust *bundle.TrustPolicy) setLook {
+	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
+	return setLook{s, err}
+}
+
+// close closes the set; it may be called again.
+func (l *setLook) close() {
+	if l.s != nil {
+		l.s.Close()
+		l.s = nil
+	}
+}
+
+// absent reports whether there is no set yet.
+func (l setLook) absent() bool {
+	return errors.Is(l.err, bundle.ErrNoSet) || errors.Is(l.err, fs.ErrNotExist)
+}
+
+// pending is how many layers the set has above its base's fold.
+func (l setLook) pending() (int, error) {
+	switch {
+	case l.absent():
 		return 0, nil
+	case errors.Is(l.err, bundle.ErrTooLarge):
+		return bundle.MaxLayers, nil
+	case l.err != nil:
+		return 0, l.err
 	}
-	if err != nil {
-		if errors.Is(err, bundle.ErrTooLarge) {
-			return bundle.MaxLayers, nil
-		}
-		return 0, err
-	}
-	defer s.Close()
-	n := len(s.Layers)
-	if s.Layers[0].Seq == 0 {
+	n := len(l.s.Layers)
+	if l.s.Layers[0].Seq == 0 {
 		n--
 	}
 	return n, nil
 }
 
-// setView is the set's merged view, name → digest, and its cache units
+// view is the set's merged view, name → digest, and its cache units
 // (none: empty).
-func setView(set string, trust *bundle.TrustPolicy) (map[string]string, []string) {
-	s, err := bundle.OpenSet(set, &bundle.OpenOptions{Trust: trust})
-	if err != nil {
+func (l setLook) view() (map[string]string, []string) {
+	if l.s == nil {
 		return nil, nil
 	}
-	defer s.Close()
 	m := map[string]string{}
 	units := map[string]bool{}
-	for _, e := range s.Merged(bundle.CacheUnit) {
+	for _, e := range l.s.Merged(bundle.CacheUnit) {
 		if !e.Dir {
 			m[e.Name] = bundle.FormatDigest(e.Digest)
 			units[bundle.CacheUnit(e.Name)] = true

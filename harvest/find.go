@@ -14,7 +14,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/load"
 )
 
 // Finding the DEST a load installed (issue 25, U33). A load's default
@@ -143,7 +142,7 @@ func checkSet(plan Plan, lists []*list) error {
 // likely to be the job's (two loads of the same set at once on the node).
 const tieWindow = 2 * time.Second
 
-// fakeSuffix matches the name a fake node's DEST gets (load.FakeNodeDest).
+// fakeSuffix matches the name a fake node's DEST gets (broadcast.Nodes.Dest).
 var fakeSuffix = regexp.MustCompile(`\.node[0-9]+$`)
 
 // A found is one candidate tree: its path and install record.
@@ -196,7 +195,7 @@ func stamp(t time.Time) string { return t.Local().Format("2006-01-02 15:04:05") 
 // user's directories named prefix* (with suffix; without, no fake
 // node's) holding an install record of this host that names them.
 func candidates(prefix, suffix, host string) ([]found, error) {
-	trees, err := load.MineTrees(prefix, os.Geteuid())
+	trees, err := bundle.MineTrees(prefix, os.Geteuid())
 	if err != nil {
 		return nil, err
 	}

@@ -33,8 +33,6 @@ import (
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
-	"github.com/kbundle/kbundle/load"
-	"github.com/kbundle/kbundle/mpi"
 )
 
 // P2P is what Run needs of the leaders' communicator besides
@@ -221,43 +219,20 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		plan.Chunk = DefaultChunk
 	}
 	plan.Chunk = min(plan.Chunk, maxPiece)
-	var node broadcast.NodeComm
-	var err error
-	if plan.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest = load.FakeNodeDest(plan.Dest, plan.RanksPerNode, world.Rank())
-	} else {
-		node, err = world.SplitShared()
-	}
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
 	if err != nil {
-		return nil, commErr("split by node", err)
+		return nil, fmt.Errorf("%w: harvest: %w", broadcast.ErrComm, err)
 	}
-	defer node.Free()
-	leader := node.Rank() == 0
+	defer nodes.Free()
+	plan.Dest = nodes.Dest(plan.Dest)
+	leader := nodes.Leader
 	var where destFound
 	if err := shareSet(world, &plan, leader, &where); err != nil {
 		return nil, err
 	}
-	first, err := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
-	if err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	last, err := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
-	if err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	color := 1
-	if leader {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return nil, commErr("split leaders", err)
-	}
-	defer group.Free()
 	var out []byte
 	if leader {
-		out, err = lead(ctx, group, plan, int(first), int(last), where)
+		out, err = lead(ctx, nodes.Leaders, plan, nodes.First, nodes.Last, where)
 		if err != nil {
 			return nil, err // a communicator failure: local
 		}
@@ -304,40 +279,123 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
 	mine.DestNote, mine.OtherSet, mine.Refused = where.note, where.other, where.refused
 	if group.Rank() != 0 {
-		b, _ := json.Marshal(mine)
-		if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {
-			return nil, commErr("send the list", err)
-		}
-		plan.failpoint("announce")
-		b, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
-		if err != nil {
-			return nil, commErr("receive the choice", err)
-		}
-		var choice []int
-		if err := json.Unmarshal(b, &choice); err != nil {
-			return nil, commErr("receive the choice", err)
-		}
-		origin, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
-		if err != nil {
-			return nil, commErr("receive the origin", err)
-		}
-		var once sync.Once
-		sent := func() { once.Do(func() { plan.failpoint("transfer") }) }
-		for _, i := range choice {
-			if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk, sent); err != nil {
-				return nil, err
-			}
-		}
-		return nil, nil
+		return nil, follow(p2p, plan, mine)
 	}
+	return collect(ctx, p2p, group.Size(), plan, mine)
+}
+
+// follow is the part of a leader other than rank 0: it sends rank 0 its
+// list, receives the choice and the origin, and sends the chosen files.
+func follow(p2p P2P, plan Plan, mine *list) error {
+	b, _ := json.Marshal(mine)
+	if err := broadcast.SendMsg(p2p, b, 0, tagList); err != nil {
+		return commErr("send the list", err)
+	}
+	plan.failpoint("announce")
+	b, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
+	if err != nil {
+		return commErr("receive the choice", err)
+	}
+	var choice []int
+	if err := json.Unmarshal(b, &choice); err != nil {
+		return commErr("receive the choice", err)
+	}
+	origin, err := broadcast.RecvMsg(p2p, 0, tagChoice, maxMsg)
+	if err != nil {
+		return commErr("receive the origin", err)
+	}
+	var once sync.Once
+	sent := func() { once.Do(func() { plan.failpoint("transfer") }) }
+	for _, i := range choice {
+		if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk, sent); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// collect is rank 0's part of the leaders': it gathers every leader's
+// list (its own first), checks them against the set, chooses, writes the
+// layer from what the leaders send and settles; it returns the outcome
+// to broadcast. An error is a communicator failure.
+func collect(ctx context.Context, p2p P2P, leaders int, plan Plan, mine *list) ([]byte, error) {
 	if !plan.DryRun {
 		// What a harvest killed here before left beside the set (a
 		// temporary layer), if it proves stale (bundle.RemoveStale); also
 		// when this one has nothing to write.
 		bundle.RemoveStale(filepath.Dir(plan.Bundle))
 	}
+	lists, err := gatherLists(p2p, leaders, mine)
+	if err != nil {
+		return nil, err
+	}
+	plan.failpoint("announce")
+	if err := checkSet(plan, lists); err != nil {
+		for r := 1; r < leaders; r++ {
+			if err := sendChoice(p2p, r, nil, ""); err != nil {
+				return nil, err
+			}
+		}
+		return outcome(&Summary{Set: plan.Bundle, DryRun: plan.DryRun, Nodes: []NodeReport{}}, err), nil
+	}
+	look := lookAtSet(plan.Bundle, plan.Trust)
+	defer look.close()
+	have, units := look.view()
+	sum, choice := choose(lists, have)
+	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
+	now := time.Now()
+	uses := jobUses(sum, lists, units, now)
+	origin := mine.Origin
+	if origin == "" {
+		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST
+	}
+	total := 0
+	for _, c := range choice {
+		total += len(c)
+	}
+	var werr error
+	if total > 0 && !plan.DryRun {
+		if n, err := look.pending(); err == nil && n >= bundle.MaxLayers {
+			werr = fmt.Errorf("%s has %d layers already (limit %d); run kbundle merge %s, then harvest again", plan.Bundle, n, bundle.MaxLayers, plan.Bundle)
+		}
+	}
+	if total == 0 || plan.DryRun || werr != nil {
+		for r := 1; r < leaders; r++ {
+			if err := sendChoice(p2p, r, nil, origin); err != nil {
+				return nil, err
+			}
+		}
+		if werr == nil {
+			settle(ctx, plan, look, sum, lists, choice, uses, now)
+		}
+		return outcome(sum, werr), nil
+	}
+	for r := 1; r < leaders; r++ {
+		if err := sendChoice(p2p, r, choice[r], origin); err != nil {
+			return nil, err
+		}
+	}
+	look.close() // read: the set is opened again only after the layer is published
+	pub, err := writeLayer(ctx, p2p, plan, lists, choice, mine, origin)
+	if errors.Is(err, broadcast.ErrComm) {
+		return nil, err
+	}
+	if err != nil {
+		return outcome(sum, err), nil
+	}
+	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
+	if pub.Untrusted != nil {
+		sum.Untrusted = pub.Untrusted.Error()
+	}
+	settle(ctx, plan, look, sum, lists, choice, uses, now)
+	return outcome(sum, nil), nil
+}
+
+// gatherLists receives the list of every leader after rank 0, in rank
+// order, after mine.
+func gatherLists(p2p P2P, leaders int, mine *list) ([]*list, error) {
 	lists := []*list{mine}
-	for r := 1; r < group.Size(); r++ {
+	for r := 1; r < leaders; r++ {
 		b, err := broadcast.RecvMsg(p2p, r, tagList, maxMsg)
 		if err != nil {
 			return nil, commErr("receive a list", err)
@@ -353,50 +411,14 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 		}
 		lists = append(lists, l)
 	}
-	plan.failpoint("announce")
-	if err := checkSet(plan, lists); err != nil {
-		for r := 1; r < group.Size(); r++ {
-			if err := sendChoice(p2p, r, nil, ""); err != nil {
-				return nil, err
-			}
-		}
-		return outcome(&Summary{Set: plan.Bundle, DryRun: plan.DryRun, Nodes: []NodeReport{}}, err), nil
-	}
-	have, units := setView(plan.Bundle, plan.Trust)
-	sum, choice := choose(lists, have)
-	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
-	now := time.Now()
-	uses := jobUses(sum, lists, units, now)
-	origin := mine.Origin
-	if origin == "" {
-		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST
-	}
-	total := 0
-	for _, c := range choice {
-		total += len(c)
-	}
-	var werr error
-	if total > 0 && !plan.DryRun {
-		if n, err := pendingLayers(plan.Bundle); err == nil && n >= bundle.MaxLayers {
-			werr = fmt.Errorf("%s has %d layers already (limit %d); run kbundle merge %s, then harvest again", plan.Bundle, n, bundle.MaxLayers, plan.Bundle)
-		}
-	}
-	if total == 0 || plan.DryRun || werr != nil {
-		for r := 1; r < group.Size(); r++ {
-			if err := sendChoice(p2p, r, nil, origin); err != nil {
-				return nil, err
-			}
-		}
-		if werr == nil {
-			settle(ctx, plan, sum, lists, choice, uses, now)
-		}
-		return outcome(sum, werr), nil
-	}
-	for r := 1; r < group.Size(); r++ {
-		if err := sendChoice(p2p, r, choice[r], origin); err != nil {
-			return nil, err
-		}
-	}
+	return lists, nil
+}
+
+// writeLayer writes the chosen files as a layer of the set: rank 0's
+// from its DEST, the others' as their leaders send them. An error
+// matching broadcast.ErrComm is a communicator failure; any other says
+// why no layer was published (a file's own, fileErr, or publishErr's).
+func writeLayer(ctx context.Context, p2p P2P, plan Plan, lists []*list, choice [][]int, mine *list, origin string) (*bundle.Published, error) {
 	var commFail error
 	filled := false
 	var filesErr error // a file's own (fileErr): it says what to do
@@ -453,16 +475,8 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			return nil, err
 		}
 	}
-	if err != nil {
-		if filesErr == nil {
-			err = publishErr(err)
-		}
-		return outcome(sum, err), nil
+	if err != nil && filesErr == nil {
+		err = publishErr(err)
 	}
-	sum.Layer, sum.Base, sum.Digest, sum.Content, sum.Packed = pub.Path, pub.Base, bundle.FormatDigest(pub.Digest), bundle.FormatDigest(pub.Content), pub.Size
-	if pub.Untrusted != nil {
-		sum.Untrusted = pub.Untrusted.Error()
-	}
-	settle(ctx, plan, sum, lists, choice, uses, now)
-	return outcome(sum, nil), nil
+	return pub, err
 }

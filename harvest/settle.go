@@ -104,10 +104,10 @@ func jobUses(sum *Summary, lists []*list, units []string, now time.Time) map[str
 // recorded (never on missing data). A dry run writes nothing and says
 // what pruning would drop. What goes wrong here is said in the summary
 // (PruneNote): the layer is published whatever it does.
-func settle(ctx context.Context, plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
+func settle(ctx context.Context, plan Plan, look setLook, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
 	if plan.DryRun {
 		if plan.MaxSize > 0 {
-			dryPrune(plan, sum, lists, choice, uses, now)
+			dryPrune(plan, look, sum, lists, choice, uses, now)
 		}
 		return
 	}
@@ -160,12 +160,10 @@ func unknownNote(sum *Summary) string {
 // dryPrune says what settle's pruning would drop: the set as it is,
 // with the job's uses and the units this harvest would write (as of
 // now, whole) in place of theirs.
-func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
+func dryPrune(plan Plan, look setLook, sum *Summary, lists []*list, choice [][]int, uses map[string]bundle.Use, now time.Time) {
 	var units []bundle.Unit
-	s, err := bundle.OpenSet(plan.Bundle, &bundle.OpenOptions{Trust: plan.Trust})
 	switch {
-	case err == nil:
-		defer s.Close()
+	case look.s != nil:
 		su, err := bundle.ReadUses(plan.Bundle, plan.Trust)
 		if err != nil {
 			sum.PruneNote = "not pruned: " + err.Error()
@@ -176,9 +174,9 @@ func dryPrune(plan Plan, sum *Summary, lists []*list, choice [][]int, uses map[s
 				su.Units[u] = v
 			}
 		}
-		units = s.Units(bundle.CacheUnit, su.Units)
-	case !errors.Is(err, bundle.ErrNoSet) && !errors.Is(err, fs.ErrNotExist):
-		sum.PruneNote = "not pruned: " + err.Error()
+		units = look.s.Units(bundle.CacheUnit, su.Units)
+	case !look.absent():
+		sum.PruneNote = "not pruned: " + look.err.Error()
 		return
 	}
 	fresh := map[string]*bundle.Unit{}

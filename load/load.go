@@ -209,39 +209,15 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if plan.Dest == "" {
 		return nil, errors.New("load: no destination directory")
 	}
-	var node broadcast.NodeComm
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", broadcast.ErrComm, err)
+	}
+	defer nodes.Free()
+	node, group := nodes.Node, nodes.Leaders
 	base := plan.Dest
-	if plan.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/plan.RanksPerNode, world.Rank())
-		plan.Dest = FakeNodeDest(base, plan.RanksPerNode, world.Rank())
-	} else {
-		node, err = world.SplitShared()
-	}
-	if err != nil {
-		return nil, commErr("split by node", err)
-	}
-	defer node.Free()
-	l := &leader{plan: plan, world: world, sum: &Summary{Dest: plan.Dest, Ranks: world.Size(), Leader: node.Rank() == 0}}
-	if l.first, err = node.AllreduceInt64(int64(world.Rank()), mpi.Min); err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	if l.last, err = node.AllreduceInt64(int64(world.Rank()), mpi.Max); err != nil {
-		return nil, commErr("node ranks", err)
-	}
-	color := 1
-	if l.sum.Leader {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return nil, commErr("split leaders", err)
-	}
-	defer group.Free()
-	nodes, err := world.AllreduceInt64(int64(1-color), mpi.Sum)
-	if err != nil {
-		return nil, commErr("count nodes", err)
-	}
-	l.sum.Nodes = int(nodes)
+	plan.Dest = nodes.Dest(base)
+	l := &leader{plan: plan, world: world, nodes: nodes, sum: &Summary{Dest: plan.Dest, Ranks: world.Size(), Leader: nodes.Leader, Nodes: nodes.Count}}
 	if plan.GuessableDest {
 		if err := l.avoidTaken(base); err != nil {
 			return nil, err
@@ -279,7 +255,20 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 		l.abort()
 		return nil, err
 	}
-	// Every node staged: install everywhere, or roll back everywhere.
+	if err := l.install(); err != nil {
+		return nil, err
+	}
+	if err := l.tell(group); err != nil {
+		return nil, err
+	}
+	l.sum.Total = time.Since(start)
+	return l.sum, nil
+}
+
+// install installs every node's staged copy, or rolls back everywhere:
+// collective, after every node staged.
+func (l *leader) install() error {
+	var local error
 	if l.staged != nil {
 		local = l.staged.Install()
 		if local != nil {
@@ -288,44 +277,50 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	}
 	if err := l.agree(local); err != nil {
 		l.abort()
-		return nil, err
+		return err
 	}
 	if l.staged != nil {
 		l.staged.Commit() // the old tree, if any, is gone or will be removed as stale
 	}
+	return nil
+}
+
+// tell gives every rank the load's summary after the install: the
+// leaders' notes (gathered over group), rank 0's summary, which nodes
+// held the set already, and the presets' environment for Dest.
+func (l *leader) tell(group broadcast.NodeComm) error {
 	if l.sum.Leader {
 		if err := l.gatherNotes(group); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if err := l.share(); err != nil {
-		return nil, err
+		return err
 	}
 	env, err := preset.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	l.sum.Env = env
-	l.sum.Total = time.Since(start)
-	return l.sum, nil
+	return nil
 }
 
 // leader carries one rank's part of a Run.
 type leader struct {
-	plan        Plan
-	world       broadcast.NodeComm
-	first, last int64 // world ranks of this node
-	sum         *Summary
-	staged      *bundle.Staged
-	madeDest    bool // avoidTaken made (claimed) the empty Dest
-	presets     []*preset.Preset
-	stats       broadcast.Stats
-	extract     time.Duration
-	bundlePath  string            // rank 0's bundle, absolute, for the install record
-	layerPaths  []string          // the set's layers above its base, in order
-	content     bundle.Digest     // the set's content digest, from rank 0
-	info        map[string]string // HostInfo's, once infoDone
-	infoDone    bool
+	plan       Plan
+	world      broadcast.NodeComm
+	nodes      *broadcast.Nodes // this rank's node, its ranks and its fake-node DEST
+	sum        *Summary
+	staged     *bundle.Staged
+	madeDest   bool // avoidTaken made (claimed) the empty Dest
+	presets    []*preset.Preset
+	stats      broadcast.Stats
+	extract    time.Duration
+	bundlePath string            // rank 0's bundle, absolute, for the install record
+	layerPaths []string          // the set's layers above its base, in order
+	content    bundle.Digest     // the set's content digest, from rank 0
+	info       map[string]string // HostInfo's, once infoDone
+	infoDone   bool
 	// gpuUnits: the set holds entries of GPU architectures (rank 0's
 	// setInfo); skip is this node's filter (nil: none), skippedArchs what
 	// it left out; allArchs: it saw no GPU and installs every one.
@@ -344,9 +339,9 @@ func (l *leader) abort() {
 
 // describe names this node and its ranks in err.
 func (l *leader) describe(err error) error {
-	ranks := "rank " + strconv.FormatInt(l.first, 10)
-	if l.last > l.first {
-		ranks = fmt.Sprintf("ranks %d-%d", l.first, l.last)
+	ranks := "rank " + strconv.Itoa(l.nodes.First)
+	if l.nodes.Last > l.nodes.First {
+		ranks = fmt.Sprintf("ranks %d-%d", l.nodes.First, l.nodes.Last)
 	}
 	host := l.plan.Host
 	if host == "" {
@@ -490,30 +485,66 @@ func (l *leader) choosePresets(meta map[string]string) ([]*preset.Preset, error)
 // stage runs the stream on a leader and stages its node's copy. The error
 // is this node's, described; one matching broadcast.ErrComm is local.
 func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
-	var set *bundle.OpenedSet
-	var rc *bundle.ReadCloser
-	var srcErr error
-	if group.Rank() == 0 {
-		t := time.Now()
-		l.sum.Bundle = l.plan.Bundle
-		l.bundlePath = absPath(l.plan.Bundle)
-		set, srcErr = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
-		if l.plan.AllowMissing && errors.Is(srcErr, fs.ErrNotExist) {
-			set, srcErr = bundle.EmptySet(l.plan.Bundle)
-			l.sum.Missing = srcErr == nil
-		}
-		if srcErr == nil {
-			defer set.Close()
-			rc = set.Read[0]
-		}
-		l.stats.Read = time.Since(t)
+	set, srcErr := l.openSet(group)
+	if set != nil && srcErr == nil {
+		defer set.Close()
 	}
-	// A node whose DEST holds the set already is left as it is; when
-	// every node does, nothing is streamed (rank 0 read the header and
-	// index only).
-	held, refuse, err := l.checkHeld(group, set)
+	held, done, sub, err := l.splitHeld(group, set)
+	if done {
+		return err
+	}
+	if sub != nil {
+		defer sub.Free()
+		group = sub
+	}
+	if err := l.gpuFilter(group, set); err != nil {
+		return err
+	}
+	var rc *bundle.ReadCloser
+	if set != nil && srcErr == nil {
+		rc = set.Read[0]
+	}
+	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
+	if held {
+		l.heldSummary(set)
+	}
+	local, err := l.streamLayers(ctx, group, set, srcErr, k)
 	if err != nil {
 		return err
+	}
+	return l.verdict(ctx, group, k, local)
+}
+
+// openSet opens the set on rank 0 of group (the leaders), trusted; an
+// empty one when it is missing and the plan allows it. Elsewhere it
+// returns nil, nil.
+func (l *leader) openSet(group broadcast.NodeComm) (set *bundle.OpenedSet, err error) {
+	if group.Rank() != 0 {
+		return nil, nil
+	}
+	t := time.Now()
+	l.sum.Bundle = l.plan.Bundle
+	l.bundlePath = absPath(l.plan.Bundle)
+	set, err = bundle.OpenSet(l.plan.Bundle, &bundle.OpenOptions{Trusted: true, Trust: l.plan.Trust})
+	if l.plan.AllowMissing && errors.Is(err, fs.ErrNotExist) {
+		set, err = bundle.EmptySet(l.plan.Bundle)
+		l.sum.Missing = err == nil
+	}
+	l.stats.Read = time.Since(t)
+	return set, err
+}
+
+// splitHeld agrees over group on the nodes whose DEST holds the set
+// already (checkHeld): each is left as it is, and when every node holds
+// it nothing is streamed (rank 0 read the header and index only). done:
+// this leader streams nothing (the set was refused somewhere, every node
+// holds it, or this one does), and err is its outcome. Otherwise sub,
+// when not nil, is the communicator of the nodes the set streams to,
+// split off group, for the caller to free.
+func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet) (held, done bool, sub broadcast.NodeComm, err error) {
+	held, refuse, err := l.checkHeld(group, set)
+	if err != nil {
+		return false, true, nil, err
 	}
 	counts := [2]int64{}
 	if held {
@@ -524,18 +555,18 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 	}
 	for i := range counts {
 		if counts[i], err = group.AllreduceInt64(counts[i], mpi.Sum); err != nil {
-			return commErr("set check", err)
+			return held, true, nil, commErr("set check", err)
 		}
 	}
 	switch {
 	case counts[1] > 0: // refused somewhere: nothing streams, nothing changes anywhere
 		if refuse != nil {
-			return l.describe(refuse)
+			return held, true, nil, l.describe(refuse)
 		}
-		return nil
+		return held, true, nil, nil
 	case counts[0] == int64(group.Size()):
 		l.heldSummary(set)
-		return nil
+		return held, true, nil, nil
 	case counts[0] > 0:
 		// Rank 0 streams to the nodes that need the set; the others wait.
 		color := 0
@@ -544,24 +575,24 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		sub, err := group.Split(color, group.Rank())
 		if err != nil {
-			return commErr("split the nodes to load", err)
+			return held, true, nil, commErr("split the nodes to load", err)
 		}
-		defer sub.Free()
 		if color == 1 {
+			sub.Free()
 			l.sum.AlreadyInstalled = true
-			return nil
+			return held, true, nil, nil
 		}
-		group = sub
+		return held, false, sub, nil
 	}
-	if err := l.gpuFilter(group, set); err != nil {
-		return err
-	}
-	k := &sink{l: l, ctx: ctx, keep: rc, discard: held, next: make(chan *bundle.Stream, len(l.layerPaths))} // rank 0 decides whether its DEST holds the bundle (S9)
-	if held {
-		l.heldSummary(set)
-	}
-	// The base, then each layer: one stream each (docs/WIRE.md).
-	var local, cerr error
+	return held, false, nil, nil
+}
+
+// streamLayers streams the base, then each layer: one stream each
+// (docs/WIRE.md), into k, and waits for the staging. local is this
+// node's failure; err, rank 0's announced failure (the same on every
+// leader) or ErrComm, ends the stage as it is.
+func (l *leader) streamLayers(ctx context.Context, group broadcast.NodeComm, set *bundle.OpenedSet, srcErr error, k *sink) (local, err error) {
+	var cerr error
 	for i := 0; i <= len(l.layerPaths); i++ {
 		var src *bundle.Reader
 		if set != nil {
@@ -576,7 +607,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 				<-k.staged
 				l.abort()
 			}
-			return err // rank 0's announced failure, the same on every leader, or ErrComm
+			return nil, err
 		}
 		if local == nil && loc != errNotStaged {
 			local = loc
@@ -601,11 +632,17 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 		}
 		l.sum.Held = k.s.Held()
 	}
+	return local, nil
+}
+
+// verdict ends a stage that streamed: with local nil, the host check;
+// otherwise the staging is undone and the failure said once. What rank
+// 0 read and decoded itself failing means the file is bad: that is one
+// failure, said once for the file, not once per node.
+func (l *leader) verdict(ctx context.Context, group broadcast.NodeComm, k *sink, local error) error {
 	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
 		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
 	}
-	// What rank 0 read and decoded itself failing means the file is bad:
-	// that is one failure, said once for the file, not once per node.
 	var fileBad int64
 	if group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle) {
 		fileBad = 1
@@ -647,17 +684,6 @@ func (l *leader) heldSummary(set *bundle.OpenedSet) {
 		l.sum.Entries++
 		l.sum.RawBytes += e.Size
 	}
-}
-
-// FakeNodeDest is dest on the fake node of world rank rank when every
-// ranksPerNode consecutive ranks form one node (Plan.RanksPerNode, for
-// tests): dest + ".node<k>"; dest itself when ranksPerNode <= 0. Harvest
-// and status name each fake node's DEST by the same rule.
-func FakeNodeDest(dest string, ranksPerNode, rank int) string {
-	if ranksPerNode <= 0 {
-		return dest
-	}
-	return dest + ".node" + strconv.Itoa(rank/ranksPerNode)
 }
 
 // avoidTaken claims Dest on every leader and moves the load to an
@@ -705,7 +731,7 @@ func (l *leader) avoidTaken(base string) (err error) {
 	}
 	l.unclaim() // not used: nothing is left under the guessable name
 	l.sum.Taken, l.sum.TakenNodes = l.plan.Dest, int(n)
-	l.plan.Dest = FakeNodeDest(base+"-"+hex.EncodeToString(buf), l.plan.RanksPerNode, l.world.Rank())
+	l.plan.Dest = l.nodes.Dest(base + "-" + hex.EncodeToString(buf))
 	l.sum.Dest = l.plan.Dest
 	if l.sum.Leader && bundle.ClaimDir(l.plan.Dest) == nil {
 		l.madeDest = true

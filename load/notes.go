@@ -29,7 +29,7 @@ const maxNote = 1 << 20
 // messages (broadcast.P2P) gathers nothing: Summary.MismatchNodes and
 // rank 0's own MismatchKeys still say it.
 func (l *leader) gatherNotes(group broadcast.NodeComm) error {
-	mine := NodeNote{Host: l.plan.Host, FirstRank: int(l.first), LastRank: int(l.last), Mismatch: l.sum.MismatchKeys}
+	mine := NodeNote{Host: l.plan.Host, FirstRank: l.nodes.First, LastRank: l.nodes.Last, Mismatch: l.sum.MismatchKeys}
 	has := int64(0)
 	if len(mine.Mismatch) > 0 {
 		has = 1

@@ -1,11 +1,7 @@
 package load
 
 import (
-	"os"
 	"path/filepath"
-	"slices"
-	"strings"
-	"syscall"
 )
 
 // DestPrefix is what every default destination of user under tmp starts
@@ -18,50 +14,4 @@ func DestPrefix(tmp, user string) string {
 		tmp = "/tmp"
 	}
 	return filepath.Join(tmp, "kbundle-"+safeName(user)) + "-"
-}
-
-// maxMine bounds how many directory entries MineTrees reads: /tmp is
-// shared, and other users' entries must not make status, clean or a
-// harvest long.
-const maxMine = 1 << 16
-
-// MineTrees lists the trees named prefix* (DestPrefix) that are
-// directories of uid (not symlinks), sorted: the trees `kbundle status`
-// shows, `kbundle clean --all-mine` considers without a DEST, and a
-// harvest looks for its DEST among. Whether
-// kbundle installed each is for the caller to check. A parent that does
-// not exist holds none.
-func MineTrees(prefix string, uid int) ([]string, error) {
-	dir, base := filepath.Dir(prefix), filepath.Base(prefix)
-	f, err := os.Open(dir)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []string
-	for read := 0; read < maxMine; {
-		names, err := f.Readdirnames(1024)
-		read += len(names)
-		for _, n := range names {
-			if !strings.HasPrefix(n, base) {
-				continue
-			}
-			p := filepath.Join(dir, n)
-			fi, err := os.Lstat(p)
-			if err != nil || !fi.IsDir() {
-				continue
-			}
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == uid {
-				out = append(out, p)
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
-	slices.Sort(out)
-	return out, nil
 }

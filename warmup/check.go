@@ -141,6 +141,62 @@ lists:
 	fmt.Fprintf(w, "kbundle: hint: the framework compiled again: its cache key holds something that changed with the move or between the runs (see \"Misses after a move\" in docs/presets.md); a job using this bundle would compile too\n")
 }
 
+// makeCopy makes the copy of dir the check runs against, in tmp, as load
+// would install it: packed (or o.Bundle), extracted, relocated for the
+// presets and prepared.
+func makeCopy(ctx context.Context, o *CheckOptions, dir, tmp string) (*CheckResult, error) {
+	bpath := o.Bundle
+	if bpath == "" {
+		bpath = filepath.Join(tmp, "check.kbundle")
+		if _, err := bundle.Pack(ctx, dir, bpath, &bundle.PackOptions{
+			Exclude: o.Exclude, Preset: preset.Names(o.Presets),
+		}); err != nil {
+			return nil, fmt.Errorf("check: packing %s: %w", dir, err)
+		}
+	}
+	rc, err := bundle.Open(bpath, &bundle.OpenOptions{Trusted: true, Trust: o.Trust}) // as load opens it
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	defer rc.Close()
+	res := &CheckResult{Copy: filepath.Join(tmp, "cache"), Origin: rc.Meta()[bundle.MetaOrigin]}
+	if _, err := rc.Extract(ctx, res.Copy, nil); err != nil {
+		return nil, fmt.Errorf("check: extracting %s: %w", bpath, err)
+	}
+	// The copy is the cache as loaded, without kbundle's own mark.
+	os.Remove(filepath.Join(res.Copy, bundle.InstalledMarker))
+	if res.Origin == "" {
+		res.Origin = dir
+	}
+	for _, p := range o.Presets {
+		if err := p.Relocate(res.Copy, res.Origin); err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+	}
+	if err := preset.Prepare(res.Copy, o.Presets...); err != nil {
+		return nil, fmt.Errorf("check: %w", err)
+	}
+	return res, nil
+}
+
+// classify sorts what the check run wrote, rewrote and removed in the
+// copy into res, setting aside what the presets write on a hit
+// (preset.HitWrite) as Ignored.
+func (res *CheckResult) classify(presets []*preset.Preset, d *Delta) {
+	for _, l := range []struct {
+		from []preset.Change
+		to   *[]preset.Change
+	}{{d.Added, &res.Written}, {d.Changed, &res.Rewritten}, {d.Removed, &res.Removed}} {
+		for _, c := range l.from {
+			if preset.HitWrite(presets, c) {
+				res.Ignored = append(res.Ignored, c)
+			} else {
+				*l.to = append(*l.to, c)
+			}
+		}
+	}
+}
+
 // Check proves (or disproves) that the frameworks reuse a warmed cache
 // once it has moved, as `kbundle load` moves it: it packs Dir (or takes
 // Bundle), extracts it to a fresh directory at another path, applies the
@@ -170,36 +226,9 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 			err = fmt.Errorf("check: removing %s: %w", tmp, rerr)
 		}
 	}()
-	bpath := o.Bundle
-	if bpath == "" {
-		bpath = filepath.Join(tmp, "check.kbundle")
-		if _, err := bundle.Pack(ctx, dir, bpath, &bundle.PackOptions{
-			Exclude: o.Exclude, Preset: preset.Names(o.Presets),
-		}); err != nil {
-			return nil, fmt.Errorf("check: packing %s: %w", dir, err)
-		}
-	}
-	rc, err := bundle.Open(bpath, &bundle.OpenOptions{Trusted: true, Trust: o.Trust}) // as load opens it
+	res, err = makeCopy(ctx, o, dir, tmp)
 	if err != nil {
-		return nil, fmt.Errorf("check: %w", err)
-	}
-	defer rc.Close()
-	res = &CheckResult{Copy: filepath.Join(tmp, "cache"), Origin: rc.Meta()[bundle.MetaOrigin]}
-	if _, err := rc.Extract(ctx, res.Copy, nil); err != nil {
-		return nil, fmt.Errorf("check: extracting %s: %w", bpath, err)
-	}
-	// The copy is the cache as loaded, without kbundle's own mark.
-	os.Remove(filepath.Join(res.Copy, bundle.InstalledMarker))
-	if res.Origin == "" {
-		res.Origin = dir
-	}
-	for _, p := range o.Presets {
-		if err := p.Relocate(res.Copy, res.Origin); err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-	}
-	if err := preset.Prepare(res.Copy, o.Presets...); err != nil {
-		return nil, fmt.Errorf("check: %w", err)
+		return nil, err
 	}
 	env, err := preset.ChildEnv(o.Env, res.Copy, o.Presets...)
 	if err != nil {
@@ -241,19 +270,7 @@ func Check(ctx context.Context, o *CheckOptions) (res *CheckResult, err error) {
 	if run.Failed() {
 		return res, nil
 	}
-	d := run.Delta
-	for _, l := range []struct {
-		from []preset.Change
-		to   *[]preset.Change
-	}{{d.Added, &res.Written}, {d.Changed, &res.Rewritten}, {d.Removed, &res.Removed}} {
-		for _, c := range l.from {
-			if preset.HitWrite(o.Presets, c) {
-				res.Ignored = append(res.Ignored, c)
-			} else {
-				*l.to = append(*l.to, c)
-			}
-		}
-	}
+	res.classify(o.Presets, run.Delta)
 	if !res.Reused() {
 		return res, ErrNotReused
 	}

@@ -88,41 +88,28 @@ func (v *olderThanValue) String() string {
 	return v.d.String()
 }
 
-func cleanAction(c *cli.Context) error {
-	dests, stale := c.Args().Slice(), c.StringSlice("stale")
-	job, allMine := c.String("job"), c.Bool("all-mine")
-	older, _ := c.Generic("older-than").(*olderThanValue)
-	byAge := older != nil && older.set
-	if d := os.Getenv("KBUNDLE_LOCAL_DIR"); len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine && d != "" {
-		dests = []string{d} // load's and harvest's default DEST
-	}
-	if len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine {
-		return cli.Exit("usage: kbundle clean [--job ID] [--older-than D] [--all-mine] [--stale DIR]... [DEST...] (see kbundle clean --help)", exitUsage)
-	}
-	opt := &bundle.CleanOptions{}
-	name, uid := loadcmd.UserName(), os.Geteuid()
+// cleanUser is whose trees clean removes: the caller's, or --user's
+// (root only, as a Slurm epilog does), set in opt.
+func cleanUser(c *cli.Context, opt *bundle.CleanOptions) (name string, uid int, err error) {
+	name, uid = loadcmd.UserName(), os.Geteuid()
 	if u := c.String("user"); u != "" {
 		if os.Geteuid() != 0 {
-			return cli.Exit("--user "+safe(u)+": only root can remove another user's trees (as a Slurm epilog does)", exitUsage)
+			return "", 0, cli.Exit("--user "+safe(u)+": only root can remove another user's trees (as a Slurm epilog does)", exitUsage)
 		}
-		var err error
 		if name, uid, err = lookupUser(u); err != nil {
-			return cli.Exit("--user "+safe(u)+": "+err.Error(), exitUsage)
+			return "", 0, cli.Exit("--user "+safe(u)+": "+err.Error(), exitUsage)
 		}
 		opt.ForUser, opt.UID = true, uid
 	}
-	named := len(dests)
-	if allMine || (named == 0 && (job != "" || byAge)) {
-		found, err := mineTrees(name, uid)
-		if err != nil {
-			warn(c, "cannot list the trees named %s*: %v", safe(minePrefix(name)), err)
-		}
-		for _, f := range found {
-			if !slices.Contains(dests[:named], f) {
-				dests = append(dests, f)
-			}
-		}
-	}
+	return name, uid, nil
+}
+
+// keepRule is why clean keeps a tree ("": it goes), from its install
+// record: another job's (--job), not old enough (--older-than), its job
+// still running on this node, or running jobs that cannot be seen from
+// here (X9) with --older-than or --all-mine.
+func keepRule(job string, older *olderThanValue, allMine bool, uid int) func(rec *bundle.InstallRecord) string {
+	byAge := older != nil && older.set
 	var running map[string]bool
 	unseen := "" // why the running jobs cannot be seen from here (X9)
 	if byAge || allMine {
@@ -131,7 +118,7 @@ func cleanAction(c *cli.Context) error {
 		unseen = pidNamespaceNote(readFile("/proc/self/status"), ns)
 	}
 	now := time.Now()
-	opt.Keep = func(rec *bundle.InstallRecord) string {
+	return func(rec *bundle.InstallRecord) string {
 		if job != "" || byAge {
 			if rec == nil {
 				return "it holds no install record this kbundle reads (an older kbundle's marker), so neither its job nor its age is known"
@@ -160,6 +147,87 @@ func cleanAction(c *cli.Context) error {
 		}
 		return ""
 	}
+}
+
+// removeStale removes from each of dirs, once, what a kbundle run that
+// was killed left there (bundle.RemoveStale), and returns what it removed.
+func removeStale(c *cli.Context, dirs []string) []string {
+	var removed []string
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		if seen[dir] {
+			continue
+		}
+		seen[dir] = true
+		gone, err := bundle.RemoveStale(dir)
+		for _, p := range gone {
+			say(c, "removed %s, left by a kbundle run that was killed", safe(p))
+		}
+		removed = append(removed, gone...)
+		if err != nil {
+			warn(c, "%v", err)
+		}
+	}
+	return removed
+}
+
+// addMine adds to the DESTs named the trees of user name (uid) that
+// are not among them (mineTrees).
+func addMine(c *cli.Context, dests []string, name string, uid int) []string {
+	named := len(dests)
+	found, err := mineTrees(name, uid)
+	if err != nil {
+		warn(c, "cannot list the trees named %s*: %v", safe(minePrefix(name)), err)
+	}
+	for _, f := range found {
+		if !slices.Contains(dests[:named], f) {
+			dests = append(dests, f)
+		}
+	}
+	return dests
+}
+
+// cleanFailure is clean's failure when it refused DESTs (of the named
+// ones), said in out's head with the refusals stderr said; nil when it
+// refused none.
+func cleanFailure(out *cleanJSON, refusals []string, named int) error {
+	var fail error
+	switch len(out.Refused) {
+	case 0:
+		return nil
+	case 1:
+		fail = cli.Exit("", exitError)
+	default:
+		fail = cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), named), exitError)
+	}
+	if msg := fail.Error(); msg != "" {
+		refusals = append(refusals, msg)
+	}
+	out.jsonHead = failedHead(exitError, strings.Join(refusals, "\nkbundle: "), fail)
+	return fail
+}
+
+func cleanAction(c *cli.Context) error {
+	dests, stale := c.Args().Slice(), c.StringSlice("stale")
+	job, allMine := c.String("job"), c.Bool("all-mine")
+	older, _ := c.Generic("older-than").(*olderThanValue)
+	byAge := older != nil && older.set
+	if d := os.Getenv("KBUNDLE_LOCAL_DIR"); len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine && d != "" {
+		dests = []string{d} // load's and harvest's default DEST
+	}
+	if len(dests) == 0 && len(stale) == 0 && job == "" && !byAge && !allMine {
+		return cli.Exit("usage: kbundle clean [--job ID] [--older-than D] [--all-mine] [--stale DIR]... [DEST...] (see kbundle clean --help)", exitUsage)
+	}
+	opt := &bundle.CleanOptions{}
+	name, uid, err := cleanUser(c, opt)
+	if err != nil {
+		return err
+	}
+	named := len(dests)
+	if allMine || (named == 0 && (job != "" || byAge)) {
+		dests = addMine(c, dests, name, uid)
+	}
+	opt.Keep = keepRule(job, older, allMine, uid)
 	dry, keep := c.Bool("dry-run"), opt.Keep
 	out := cleanJSON{jsonHead: okHead(), Removed: []string{}, Missing: []string{}, Stale: []string{}, Refused: []string{}, Left: []string{}}
 	var refusals []string // as stderr says them
@@ -203,38 +271,10 @@ func cleanAction(c *cli.Context) error {
 	if len(dests) == 0 && len(stale) == 0 {
 		say(c, "nothing to remove: no tree named %s*", safe(minePrefix(name)))
 	}
-	seen := map[string]bool{}
-	if dry {
-		stale = nil // removes nothing
+	if !dry { // a dry run removes nothing
+		out.Stale = append(out.Stale, removeStale(c, stale)...)
 	}
-	for _, dir := range stale {
-		if seen[dir] {
-			continue
-		}
-		seen[dir] = true
-		gone, err := bundle.RemoveStale(dir)
-		for _, p := range gone {
-			say(c, "removed %s, left by a kbundle run that was killed", safe(p))
-		}
-		out.Stale = append(out.Stale, gone...)
-		if err != nil {
-			warn(c, "%v", err)
-		}
-	}
-	var fail error
-	switch len(out.Refused) {
-	case 0:
-	case 1:
-		fail = cli.Exit("", exitError)
-	default:
-		fail = cli.Exit(fmt.Sprintf("%d of %d destinations were not kbundle's and were left as they were", len(out.Refused), named), exitError)
-	}
-	if fail != nil {
-		if msg := fail.Error(); msg != "" {
-			refusals = append(refusals, msg)
-		}
-		out.jsonHead = failedHead(exitError, strings.Join(refusals, "\nkbundle: "), fail)
-	}
+	fail := cleanFailure(&out, refusals, named)
 	if c.Bool("json") {
 		if err := writeJSON(c.App.Writer, out); err != nil {
 			return err

@@ -48,28 +48,37 @@ func init() {
 	})
 }
 
-func extractAction(c *cli.Context) error {
+// extractArgs reads extract's command line: the bundle and DEST (DEST
+// alone: the default bundle), the jobs and the named presets.
+func extractArgs(c *cli.Context) (a []string, n int, named []*preset.Preset, err error) {
 	if c.NArg() < 1 || c.NArg() > 2 {
-		return cli.Exit("usage: "+c.Command.UsageText, exitUsage)
+		return nil, 0, nil, cli.Exit("usage: "+c.Command.UsageText, exitUsage)
 	}
-	a := c.Args().Slice()
+	a = c.Args().Slice()
 	if len(a) == 1 { // DEST alone: the bundle is the default one
 		names, err := bundleArgs(c, nil)
 		if err != nil {
-			return err
+			return nil, 0, nil, err
 		}
 		a = []string{names[0], a[0]}
 	}
-	n, err := jobs(c)
+	n, err = jobs(c)
 	if err != nil {
-		return err
+		return nil, 0, nil, err
 	}
-	named, err := preset.ParseList(c.StringSlice("preset")...)
-	if err != nil {
-		return cli.Exit(err.Error(), exitUsage)
+	if named, err = preset.ParseList(c.StringSlice("preset")...); err != nil {
+		return nil, 0, nil, cli.Exit(err.Error(), exitUsage)
 	}
 	if c.Bool("print-env") && c.Bool("json") {
-		return cli.Exit("--print-env and --json do not go together: --json's \"env\" holds the variables", exitUsage)
+		return nil, 0, nil, cli.Exit("--print-env and --json do not go together: --json's \"env\" holds the variables", exitUsage)
+	}
+	return a, n, named, nil
+}
+
+func extractAction(c *cli.Context) error {
+	a, n, named, err := extractArgs(c)
+	if err != nil {
+		return err
 	}
 	trust, err := trustPolicy()
 	if err != nil {

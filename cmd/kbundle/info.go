@@ -84,6 +84,35 @@ func init() {
 	})
 }
 
+// readSet fills in what the set of base name holds besides the base:
+// its layers, the set's content digest, cache units and raw size, and
+// the use records beside arg (the path as given). A bundle that is no
+// set's base is a set of itself.
+func (in *infoJSON) readSet(name, arg string) {
+	if set, err := bundle.OpenSet(name, nil); err == nil {
+		for i, r := range set.Read[1:] {
+			d := bundle.FormatDigest(r.FileDigest())
+			in.Layers = append(in.Layers, layerJSON{Path: set.Layers[i+1].Path, Entries: len(r.Entries()), PackedBytes: r.Size(),
+				Digest: d, ContentDigest: bundle.FormatDigest(r.ContentDigest()), FileDigest: d})
+		}
+		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
+		var uses map[string]bundle.Use
+		if u, err := bundle.ReadUses(arg, nil); err == nil {
+			uses, in.UseRecords = u.Units, len(u.Records)
+		}
+		units := set.Units(bundle.CacheUnit, uses)
+		in.SetUnits, in.SetRawBytes = len(units), set.RawSize(bundle.CacheUnit)
+		for _, u := range units {
+			if u.Recorded {
+				in.UnitsRecorded++
+			}
+		}
+		set.Close()
+	} else {
+		in.SetRawBytes = in.RawBytes
+	}
+}
+
 func infoAction(c *cli.Context) error {
 	rc, name, err := openArg(c)
 	if err != nil {
@@ -104,28 +133,7 @@ func infoAction(c *cli.Context) error {
 	}
 	in.Entries = in.Files + in.Dirs
 	in.Layers, in.SetContentDigest = []layerJSON{}, in.ContentDigest
-	if set, err := bundle.OpenSet(name, nil); err == nil {
-		for i, r := range set.Read[1:] {
-			d := bundle.FormatDigest(r.FileDigest())
-			in.Layers = append(in.Layers, layerJSON{Path: set.Layers[i+1].Path, Entries: len(r.Entries()), PackedBytes: r.Size(),
-				Digest: d, ContentDigest: bundle.FormatDigest(r.ContentDigest()), FileDigest: d})
-		}
-		in.SetContentDigest = bundle.FormatDigest(set.ContentDigest(bundle.CacheUnit))
-		var uses map[string]bundle.Use
-		if u, err := bundle.ReadUses(c.Args().First(), nil); err == nil {
-			uses, in.UseRecords = u.Units, len(u.Records)
-		}
-		units := set.Units(bundle.CacheUnit, uses)
-		in.SetUnits, in.SetRawBytes = len(units), set.RawSize(bundle.CacheUnit)
-		for _, u := range units {
-			if u.Recorded {
-				in.UnitsRecorded++
-			}
-		}
-		set.Close()
-	} else {
-		in.SetRawBytes = in.RawBytes
-	}
+	in.readSet(name, c.Args().First())
 	if c.Bool("json") {
 		return writeJSON(c.App.Writer, in)
 	}

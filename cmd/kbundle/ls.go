@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"path"
 	"strings"
 	"text/tabwriter"
@@ -141,20 +142,46 @@ func entryOf(e bundle.Entry) entryJSON {
 	return ej
 }
 
+// newLSFilter is the filter of ls's arguments after the bundle: name
+// patterns, and the --preset subdirectories.
+func newLSFilter(c *cli.Context) (*lsFilter, error) {
+	filter := &lsFilter{patterns: c.Args().Tail()}
+	for _, p := range filter.patterns {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, cli.Exit(fmt.Sprintf("pattern %q: %v", safe(p), err), exitUsage)
+		}
+	}
+	var err error
+	if filter.subdirs, err = presetSubdirs(c.StringSlice("preset")); err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
+	return filter, nil
+}
+
+// longLine writes ls --long's line of e, shown as name, to tw: mode,
+// size, modification time and digest (inUnits: sizes in units, times to
+// the second).
+func longLine(tw io.Writer, e bundle.Entry, name string, inUnits bool) {
+	dig := e.Digest.String()
+	if e.Dir {
+		dig = "-"
+	}
+	sz, mt := fmt.Sprint(e.Size), e.ModTime.UTC().Format(time.RFC3339Nano)
+	if inUnits {
+		sz, mt = human(e.Size), e.ModTime.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(tw, "%v\t%s\t %s\t %s\t %s\n", e.Info().Mode(), sz, mt, dig, name)
+}
+
 func lsAction(c *cli.Context) error {
 	names, err := bundleArgs(c, c.Args().Slice())
 	if err != nil {
 		return err
 	}
 	name := names[0]
-	filter := &lsFilter{patterns: c.Args().Tail()}
-	for _, p := range filter.patterns {
-		if _, err := path.Match(p, ""); err != nil {
-			return cli.Exit(fmt.Sprintf("pattern %q: %v", safe(p), err), exitUsage)
-		}
-	}
-	if filter.subdirs, err = presetSubdirs(c.StringSlice("preset")); err != nil {
-		return cli.Exit(err.Error(), exitUsage)
+	filter, err := newLSFilter(c)
+	if err != nil {
+		return err
 	}
 	trust, err := trustPolicy()
 	if err != nil {
@@ -197,15 +224,7 @@ func lsAction(c *cli.Context) error {
 			fmt.Fprintln(w, name)
 			continue
 		}
-		dig := e.Digest.String()
-		if e.Dir {
-			dig = "-"
-		}
-		sz, mt := fmt.Sprint(e.Size), e.ModTime.UTC().Format(time.RFC3339Nano)
-		if hum {
-			sz, mt = human(e.Size), e.ModTime.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(tw, "%v\t%s\t %s\t %s\t %s\n", e.Info().Mode(), sz, mt, dig, name)
+		longLine(tw, e, name, hum)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -47,6 +47,62 @@ func init() {
 	})
 }
 
+// warmOutput is the bundle --pack will write (-o, else DIR/cache.kbundle),
+// absolute, checked before the run: "" without --pack.
+func warmOutput(c *cli.Context, dir string) (out string, err error) {
+	if c.Bool("pack") {
+		if _, err := bundle.ParseLevel(c.String("level")); err != nil {
+			return "", cli.Exit(err.Error(), exitUsage)
+		}
+		out = c.String("output")
+		if out == "" {
+			out = filepath.Join(dir, "cache.kbundle")
+		}
+		if out, err = filepath.Abs(out); err != nil {
+			return "", cli.Exit(err.Error(), exitUsage)
+		}
+		if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
+			if filepath.Dir(out) != dir { // DIR itself is created below
+				return "", noOutputDir(out)
+			}
+		}
+	} else if c.IsSet("output") {
+		return "", cli.Exit("-o/--output needs --pack", exitUsage)
+	}
+	return out, nil
+}
+
+// warmEnv prepares DIR for the presets and returns the warm-up child's
+// environment (preset.ChildEnv, and KBUNDLE_CACHE_DIR), saying what it
+// sets and warning of a network file system or no preset.
+func warmEnv(c *cli.Context, dir string, presets []*preset.Preset) ([]string, error) {
+	if err := preset.Prepare(dir, presets...); err != nil {
+		return nil, cli.Exit(err.Error(), exitError)
+	}
+	if fs := warmup.NetworkFS(dir); fs != "" {
+		warmWarn(c.App.ErrWriter, "%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
+	}
+	env, err := preset.ChildEnv(os.Environ(), dir, presets...)
+	if err != nil {
+		return nil, cli.Exit(err.Error(), exitUsage)
+	}
+	vars, _ := preset.EnvFor(dir, presets...)
+	for _, kv := range vars {
+		warmInfo(c.App.ErrWriter, "setting %s", kv)
+	}
+	// Always tell the command where the cache is: with no preset it is
+	// all it gets, and an application may read it itself.
+	if abs, err := filepath.Abs(dir); err == nil {
+		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KBUNDLE_CACHE_DIR=") }),
+			"KBUNDLE_CACHE_DIR="+abs)
+		warmInfo(c.App.ErrWriter, "setting KBUNDLE_CACHE_DIR=%s", abs)
+	}
+	if len(presets) == 0 {
+		warmWarn(c.App.ErrWriter, "no --preset: no framework cache variable was set; the command gets only KBUNDLE_CACHE_DIR and must use it itself, or it will run cold (see kbundle presets)")
+	}
+	return env, nil
+}
+
 func warm(c *cli.Context) error {
 	argv := c.Args().Slice()
 	if len(argv) == 0 {
@@ -65,50 +121,14 @@ func warm(c *cli.Context) error {
 		return cli.Exit(err.Error(), exitUsage)
 	}
 	// Check what packing needs before a long run, not after it.
-	out := ""
-	if c.Bool("pack") {
-		if _, err := bundle.ParseLevel(c.String("level")); err != nil {
-			return cli.Exit(err.Error(), exitUsage)
-		}
-		out = c.String("output")
-		if out == "" {
-			out = filepath.Join(dir, "cache.kbundle")
-		}
-		if out, err = filepath.Abs(out); err != nil {
-			return cli.Exit(err.Error(), exitUsage)
-		}
-		if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
-			if filepath.Dir(out) != dir { // DIR itself is created below
-				return noOutputDir(out)
-			}
-		}
-	} else if c.IsSet("output") {
-		return cli.Exit("-o/--output needs --pack", exitUsage)
+	out, err := warmOutput(c, dir)
+	if err != nil {
+		return err
 	}
 
-	if err := preset.Prepare(dir, presets...); err != nil {
-		return cli.Exit(err.Error(), exitError)
-	}
-	if fs := warmup.NetworkFS(dir); fs != "" {
-		warmWarn(c.App.ErrWriter, "%s is on %s, a network file system: filling a cache there is slow, and many writers are what kbundle avoids; prefer node-local storage for the warm-up", dir, fs)
-	}
-	env, err := preset.ChildEnv(os.Environ(), dir, presets...)
+	env, err := warmEnv(c, dir, presets)
 	if err != nil {
-		return cli.Exit(err.Error(), exitUsage)
-	}
-	vars, _ := preset.EnvFor(dir, presets...)
-	for _, kv := range vars {
-		warmInfo(c.App.ErrWriter, "setting %s", kv)
-	}
-	// Always tell the command where the cache is: with no preset it is
-	// all it gets, and an application may read it itself.
-	if abs, err := filepath.Abs(dir); err == nil {
-		env = append(slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "KBUNDLE_CACHE_DIR=") }),
-			"KBUNDLE_CACHE_DIR="+abs)
-		warmInfo(c.App.ErrWriter, "setting KBUNDLE_CACHE_DIR=%s", abs)
-	}
-	if len(presets) == 0 {
-		warmWarn(c.App.ErrWriter, "no --preset: no framework cache variable was set; the command gets only KBUNDLE_CACHE_DIR and must use it itself, or it will run cold (see kbundle presets)")
+		return err
 	}
 
 	var skip []string

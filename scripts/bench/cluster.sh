@@ -80,11 +80,13 @@ bench_cluster_up() {
 		--host "$(seq -f 'kbn%g:1' -s, 1 "$NODES")" -np "$NODES")
 }
 
-# pfs_nodes: where pfs_up mounts it (default every compute node).
+# pfs_nodes: where pfs_up mounts it (default every compute node); pfs_port:
+# the port the nodes mount through (default 2222, the sshd's own; mdlat.sh
+# puts its delay proxy there).
 pfs_mount() {
 	local n
 	for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "$NODES")}; do
-		"$rsh" "$n" sshfs -p 2222 -o IdentityFile="$work/ssh/key" -o StrictHostKeyChecking=no \
+		"$rsh" "$n" sshfs -p "${pfs_port:-2222}" -o IdentityFile="$work/ssh/key" -o StrictHostKeyChecking=no \
 			-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "root@198.18.0.254:$pfs_server" "$pfs"
 	done
 }

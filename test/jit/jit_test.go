@@ -127,7 +127,7 @@ func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, name string) (d
 	}
 	dest = filepath.Join(t.TempDir(), "loaded")
 	stdout, stderr, code := testutil.RunMPI(t, v, np, nil,
-		kb, "load", "--bundle", bundlePath, "--to", dest, "--name", name)
+		kb, "load", "--bundle", bundlePath, "--to", dest, "--preset", name)
 	if code != 0 {
 		t.Fatalf("%s kbundle load: exit %d\nstdout:\n%s\nstderr:\n%s", testutil.Describe(v, np), code, stdout, stderr)
 	}
@@ -139,12 +139,12 @@ func loadN(t *testing.T, v testutil.Variant, np int, bundlePath, name string) (d
 	}
 	want := p.Env(dest)
 	if len(env) == 0 {
-		t.Errorf("kbundle load --name %s printed no export lines; want %q", name, want)
+		t.Errorf("kbundle load --preset %s printed no export lines; want %q", name, want)
 		env = want
 	}
 	for _, kv := range want {
 		if !slices.Contains(env, kv) {
-			t.Errorf("kbundle load --name %s did not print %s (printed %q)", name, kv, env)
+			t.Errorf("kbundle load --preset %s did not print %s (printed %q)", name, kv, env)
 		}
 	}
 	return dest, env

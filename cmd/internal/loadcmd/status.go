@@ -79,7 +79,7 @@ func Status(dests []string, getenv func(string) string) ([]Tree, int64) {
 	scanned := len(dests) == 0
 	if scanned {
 		var err error
-		if dests, err = load.MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
+		if dests, err = bundle.MineTrees(MinePrefix(getenv("TMPDIR"), UserName()), os.Geteuid()); err != nil {
 			return []Tree{{Dest: MinePrefix(getenv("TMPDIR"), UserName()) + "*", State: StateUnreadable, Reason: err.Error()}}, 1
 		}
 		// $KBUNDLE_LOCAL_DIR is load's and harvest's default DEST too.
@@ -142,6 +142,28 @@ func TreeStatus(dest string) Tree {
 		t.State, t.Reason = StateUnreadable, "cannot read its install record: "+err.Error()
 		return t
 	}
+	t.fromRecord(dest, rec)
+	ch, err := bundle.CompareTree(dest, rec)
+	if err != nil {
+		t.State, t.Reason = StateUnreadable, err.Error()
+		return t
+	}
+	if h, err := bundle.ReadHarvestRecord(dest); err == nil {
+		t.Harvested = h
+	}
+	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
+	for _, n := range ch.New {
+		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
+			t.Tree.NewDirs++
+		}
+	}
+	return t
+}
+
+// fromRecord fills in what the install record rec of the tree at dest
+// says: its layers, when and where it was installed, its entries and the
+// presets' environment (none when a preset is unknown here).
+func (t *Tree) fromRecord(dest string, rec *bundle.InstallRecord) {
 	t.State = StateInstalled
 	if rec.Dest != dest {
 		t.RecordedDest = rec.Dest
@@ -169,21 +191,6 @@ func TreeStatus(dest string) Tree {
 	if len(presets) == len(rec.Presets) {
 		t.Env, _ = preset.EnvFor(dest, presets...)
 	}
-	ch, err := bundle.CompareTree(dest, rec)
-	if err != nil {
-		t.State, t.Reason = StateUnreadable, err.Error()
-		return t
-	}
-	if h, err := bundle.ReadHarvestRecord(dest); err == nil {
-		t.Harvested = h
-	}
-	t.Tree = &TreeChange{Unchanged: ch.Same(), New: len(ch.New), Changed: len(ch.Changed), Missing: len(ch.Missing)}
-	for _, n := range ch.New {
-		if fi, err := os.Lstat(filepath.Join(dest, filepath.FromSlash(n))); err == nil && fi.IsDir() {
-			t.Tree.NewDirs++
-		}
-	}
-	return t
 }
 
 // MinePrefix is the pattern of the default DEST's siblings of user under
@@ -259,38 +266,19 @@ func StatusNodes(world broadcast.NodeComm, dests []string, getenv func(string) s
 	if err != nil {
 		return nil, 0, &usageError{err}
 	}
-	var node broadcast.NodeComm
-	if k.RanksPerNode > 0 {
-		node, err = world.Split(world.Rank()/k.RanksPerNode, world.Rank())
-		dests = slices.Clone(dests)
-		for i := range dests {
-			dests[i] = load.FakeNodeDest(dests[i], k.RanksPerNode, world.Rank())
-		}
-	} else {
-		node, err = world.SplitShared()
-	}
+	layout, err := broadcast.SplitNodes(world, k.RanksPerNode)
 	if err != nil {
 		return nil, 0, AtComm(err)
 	}
-	defer node.Free()
-	first, err1 := node.AllreduceInt64(int64(world.Rank()), mpi.Min)
-	last, err2 := node.AllreduceInt64(int64(world.Rank()), mpi.Max)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, 0, AtComm(err)
+	defer layout.Free()
+	dests = slices.Clone(dests)
+	for i := range dests {
+		dests[i] = layout.Dest(dests[i])
 	}
-	color := 1
-	if node.Rank() == 0 {
-		color = 0
-	}
-	group, err := world.Split(color, world.Rank())
-	if err != nil {
-		return nil, 0, AtComm(err)
-	}
-	defer group.Free()
-	if color == 0 {
-		mine := NodeTrees{Host: k.Host, FirstRank: int(first), LastRank: int(last)}
+	if layout.Leader {
+		mine := NodeTrees{Host: k.Host, FirstRank: layout.First, LastRank: layout.Last}
 		mine.Trees, bad = Status(dests, getenv)
-		if nodes, err = gatherStatus(group, mine); err != nil {
+		if nodes, err = gatherStatus(layout.Leaders, mine); err != nil {
 			return nil, 0, AtComm(err)
 		}
 	}
