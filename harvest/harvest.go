@@ -76,6 +76,12 @@ type Plan struct {
 	// then on rank 0 bundle.LayerOptions.Failpoint's "written", "claimed"
 	// and "published".
 	Failpoint func(step string)
+	// Getenv reads this process's environment, for the cause of a cold
+	// cache (use.go): whether the presets' variables were passed to this
+	// step of the job. Local, given a leader's DEST, is its node's
+	// machine and toolchain (as Meta). Either nil: not known.
+	Getenv func(string) string
+	Local  func(dest string) map[string]string
 }
 
 func (p *Plan) failpoint(step string) {
@@ -98,6 +104,9 @@ type File struct {
 	Dig    string        `json:"digest"`
 	New    bool          `json:"new"`            // not in the record (else changed)
 	Kept   bool          `json:"kept,omitempty"` // unchanged, sent with its changed unit
+	// Rewritten: kept, but written again since the install (its time
+	// moved, its bytes did not): compiled again (use.go).
+	Rewritten bool `json:"rewritten,omitempty"`
 }
 
 // A Skip is a path harvest left out, and why.
@@ -128,6 +137,8 @@ type NodeReport struct {
 	// UsageUnknown says why the node could not tell what the job read
 	// (its DEST is mounted noatime): every unit counts as used.
 	UsageUnknown string `json:"usage_unknown,omitempty"`
+	// Presets say, per preset, what the job did with the cache (use.go).
+	Presets []PresetUse `json:"presets"`
 }
 
 // Summary is Run's outcome, the same on every rank.
@@ -175,6 +186,9 @@ type Summary struct {
 	// UsesSkipped are the use records pruning left out (untrusted owner,
 	// damaged), each "PATH: why".
 	UsesSkipped []string `json:"uses_skipped,omitempty"`
+	// Verdict is the job's line: "cache: warm (47 of 48 units used; 1
+	// new)", or the likely cause of a cold one (use.go).
+	Verdict string `json:"verdict"`
 }
 
 // list is what a leader sends rank 0.
@@ -202,6 +216,13 @@ type list struct {
 	// cannot tell ("": it can).
 	Used         map[string]int64
 	UsageUnknown string
+	// Loaded counts the install record's cache units per top directory
+	// of DEST; Unpassed are the presets' variables this step was not
+	// given (unset, or naming another directory), Local the node's
+	// machine and toolchain, both only when a preset looks cold (use.go).
+	Loaded   map[string]int
+	Unpassed []string          `json:",omitempty"`
+	Local    map[string]string `json:",omitempty"`
 }
 
 const (
@@ -294,6 +315,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	mine := &list{Dest: absDest(where.dest), Missing: true}
 	if where.refused == "" {
 		mine = scan(where.dest)
+		probe(plan, mine)
 	}
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
 	mine.DestNote, mine.Refused = where.note, where.refused
@@ -361,6 +383,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()
 	uses := jobUses(sum, lists, units, now)
+	explain(sum, lists, have, func() map[string]string { return setMeta(plan.Bundle, plan.Trust) })
 	origin := mine.Origin
 	if origin == "" {
 		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST

@@ -16,12 +16,7 @@ import (
 // name cannot send the terminal control sequences (X8 of the
 // 2026-12-01b review).
 func Report(s *Summary) []string {
-	type line struct {
-		hosts []string
-		ranks string
-	}
-	var order []string
-	byText := map[string]*line{}
+	var rows []row
 	for _, n := range s.Nodes {
 		var text string
 		switch {
@@ -54,16 +49,38 @@ func Report(s *Summary) []string {
 			}
 			text += "; skipped " + strings.Join(names, ", ")
 		}
-		l := byText[text]
+		rows = append(rows, row{n.Host, n.FirstRank, n.LastRank, text})
+	}
+	return merge(rows)
+}
+
+// A row is one node's line of a report, before merging.
+type row struct {
+	host        string
+	first, last int
+	text        string
+}
+
+// merge makes the rows lines, in order: the nodes of one text on one
+// line, named in hostlist form (one node: its host and ranks).
+func merge(rows []row) []string {
+	type line struct {
+		hosts []string
+		ranks string
+	}
+	var order []string
+	byText := map[string]*line{}
+	for _, r := range rows {
+		l := byText[r.text]
 		if l == nil {
 			l = &line{}
-			byText[text] = l
-			order = append(order, text)
+			byText[r.text] = l
+			order = append(order, r.text)
 		}
-		l.hosts = append(l.hosts, n.Host)
-		l.ranks = fmt.Sprintf("rank %d", n.FirstRank)
-		if n.LastRank > n.FirstRank {
-			l.ranks = fmt.Sprintf("ranks %d-%d", n.FirstRank, n.LastRank)
+		l.hosts = append(l.hosts, r.host)
+		l.ranks = fmt.Sprintf("rank %d", r.first)
+		if r.last > r.first {
+			l.ranks = fmt.Sprintf("ranks %d-%d", r.first, r.last)
 		}
 	}
 	var out []string

@@ -18,6 +18,27 @@ if TYPE_CHECKING:  # mpi4py is imported at call time only
 
 
 @dataclass(frozen=True)
+class PresetUse:
+    """What one node's job did with one preset's cache: a line of the
+    report ("numba: 47 of 48 units used; 1 new, 0 recompiled")."""
+
+    #: The preset's name ("" for files under no preset's directory).
+    preset: str
+    #: Cache units loaded into DEST, and those the job read (access times).
+    units_loaded: int = 0
+    units_used: int = 0
+    #: Entries compiled that the set lacks, and entries it holds that were
+    #: compiled again (or a new key beside one of the same kernel name).
+    entries_new: int = 0
+    entries_recompiled: int = 0
+    #: The likely cause of units loaded but unused, or compiled again
+    #: ("" when the job ran warm): its rule ("exports", "toolchain",
+    #: "key", "machine", "unread") and words.
+    cause_rule: str = ""
+    cause: str = ""
+
+
+@dataclass(frozen=True)
 class HarvestNode:
     """What one node compiled that the set lacked: one line of the
     report (``kbundle harvest``'s)."""
@@ -44,6 +65,8 @@ class HarvestNode:
     no_record: bool = False
     #: The node has no DEST (nothing was loaded there).
     missing_dest: bool = False
+    #: Per preset, what the job did with the cache units loaded here.
+    presets: Tuple[PresetUse, ...] = ()
 
     @property
     def ranks(self) -> range:
@@ -89,6 +112,10 @@ class HarvestResult:
     #: "kbundle: ": a line a node (identical lines merged), then what was
     #: written. harvest() does not print it.
     report: Tuple[str, ...] = ()
+    #: The job's one line, as ``kbundle harvest`` ends with it: "cache:
+    #: warm (47 of 48 units used; 1 new)", or the likely cause of a cold
+    #: cache ("cache: loaded but unused: pass NUMBA_CACHE_DIR (…)").
+    verdict: str = ""
     #: The warnings rank 0 issued as KbundleWarning (libkbundle's words,
     #: without "kbundle: ").
     warnings: Tuple[str, ...] = ()
@@ -198,6 +225,18 @@ def result(out: Dict[str, Any]) -> HarvestResult:
             error=str(n.get("error", "")),
             no_record=bool(n.get("no_record", False)),
             missing_dest=bool(n.get("missing_dest", False)),
+            presets=tuple(
+                PresetUse(
+                    preset=str(u.get("preset", "")),
+                    units_loaded=int(u.get("units_loaded", 0)),
+                    units_used=int(u.get("units_used", 0)),
+                    entries_new=int(u.get("entries_new", 0)),
+                    entries_recompiled=int(u.get("entries_recompiled", 0)),
+                    cause_rule=str((u.get("cause") or {}).get("rule", "")),
+                    cause=str((u.get("cause") or {}).get("text", "")),
+                )
+                for u in n.get("presets") or ()
+            ),
         )
         for n in out.get("nodes") or ()
     )
@@ -213,6 +252,7 @@ def result(out: Dict[str, Any]) -> HarvestResult:
         digest=str(out.get("digest", "")),
         content_digest=str(out.get("content", "")),
         packed_bytes=int(out.get("packed_bytes", 0)),
+        verdict=str(out.get("verdict", "")),
         dry_run=bool(out.get("dry_run", False)),
         report=tuple(out.get("report") or ()),
         warnings=tuple(out.get("warnings") or ()),

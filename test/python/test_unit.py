@@ -35,6 +35,7 @@ import kbundle.__main__ as kbmain
 from kbundle import (
     HarvestFailedError,
     HarvestNode,
+    PresetUse,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
@@ -489,6 +490,14 @@ class HarvestTest(unittest.TestCase):
         self.assertEqual(res.nodes[1], HarvestNode(host="kbn2", first_rank=2, last_rank=3, entries=2, bytes=30,
                                                    also_on_other_nodes=1, chosen=2, skipped=(("link", "symlink"),)))
         self.assertEqual(res.nodes[1].ranks, range(2, 4))
+        # The presets' counts and cause, and the job's verdict (issue 30).
+        use = {"preset": "numba", "units_loaded": 3, "units_used": 0, "entries_new": 0, "entries_recompiled": 0,
+               "cause": {"rule": "exports", "text": "loaded but unused: pass NUMBA_CACHE_DIR", "verdict": "v"}}
+        nodes = [dict(self.OUT["nodes"][0], presets=[use])]
+        cold = _harvest.result(dict(self.OUT, nodes=nodes, verdict="cache: loaded but unused: pass NUMBA_CACHE_DIR"))
+        self.assertEqual(cold.verdict, "cache: loaded but unused: pass NUMBA_CACHE_DIR")
+        self.assertEqual(cold.nodes[0].presets, (PresetUse(preset="numba", units_loaded=3, cause_rule="exports",
+                                                            cause="loaded but unused: pass NUMBA_CACHE_DIR"),))
         none = _harvest.result(dict(self.OUT, layer="", digest="", content=""))
         self.assertTrue(none)
         self.assertIsNone(none.layer)
