@@ -51,6 +51,9 @@ type Tree struct {
 	// when none was since its install.
 	Harvested *bundle.HarvestRecord `json:"harvested,omitempty"`
 	RawBytes  int64                 `json:"raw_bytes"` // Bytes, under its canonical name
+	// Used says when the tree's cache units were last read (access
+	// times past the install).
+	Used *TreeUse `json:"used,omitempty"`
 }
 
 // TreeLayer is one bundle of an installed set, as its install record
@@ -169,6 +172,7 @@ func TreeStatus(dest string) Tree {
 	if len(presets) == len(rec.Presets) {
 		t.Env, _ = warmup.EnvFor(dest, presets...)
 	}
+	t.Used = treeUse(dest, rec) // before CompareTree, which may read files
 	ch, err := bundle.CompareTree(dest, rec)
 	if err != nil {
 		t.State, t.Reason = StateUnreadable, err.Error()
