@@ -60,6 +60,15 @@ func (l setLook) pending() (int, error) {
 	return n, nil
 }
 
+// meta is the set's base's metadata: what the warm-up recorded of its
+// machine and toolchain (nil: no set, or one that cannot be read).
+func (l setLook) meta() map[string]string {
+	if l.s == nil {
+		return nil
+	}
+	return l.s.Read[0].Meta()
+}
+
 // view is the set's merged view, name → digest, and its cache units
 // (none: empty).
 func (l setLook) view() (map[string]string, []string) {

@@ -74,6 +74,12 @@ type Plan struct {
 	// then on rank 0 bundle.LayerOptions.Failpoint's "written", "claimed"
 	// and "published".
 	Failpoint func(step string)
+	// Getenv reads this process's environment, for the cause of a cold
+	// cache (use.go): whether the presets' variables were passed to this
+	// step of the job. Local, given a leader's DEST, is its node's
+	// machine and toolchain (as Meta). Either nil: not known.
+	Getenv func(string) string
+	Local  func(dest string) map[string]string
 }
 
 func (p *Plan) failpoint(step string) {
@@ -96,6 +102,9 @@ type File struct {
 	Dig    string        `json:"digest"`
 	New    bool          `json:"new"`            // not in the record (else changed)
 	Kept   bool          `json:"kept,omitempty"` // unchanged, sent with its changed unit
+	// Rewritten: kept, but written again since the install (its time
+	// moved, its bytes did not): compiled again (use.go).
+	Rewritten bool `json:"rewritten,omitempty"`
 }
 
 // A Skip is a path harvest left out, and why.
@@ -130,6 +139,8 @@ type NodeReport struct {
 	// UsageUnknown says why the node could not tell what the job read
 	// (its DEST is mounted noatime): every unit counts as used.
 	UsageUnknown string `json:"usage_unknown,omitempty"`
+	// Presets say, per preset, what the job did with the cache (use.go).
+	Presets []PresetUse `json:"presets"`
 }
 
 // Summary is Run's outcome, the same on every rank.
@@ -177,6 +188,9 @@ type Summary struct {
 	// UsesSkipped are the use records pruning left out (untrusted owner,
 	// damaged), each "PATH: why".
 	UsesSkipped []string `json:"uses_skipped,omitempty"`
+	// Verdict is the job's line: "cache: warm (47 of 48 units used; 1
+	// new)", or the likely cause of a cold one (use.go).
+	Verdict string `json:"verdict"`
 }
 
 // list is what a leader sends rank 0.
@@ -205,6 +219,13 @@ type list struct {
 	// cannot tell ("": it can).
 	Used         map[string]int64
 	UsageUnknown string
+	// Loaded counts the install record's cache units per top directory
+	// of DEST; Unpassed are the presets' variables this step was not
+	// given (unset, or naming another directory), Local the node's
+	// machine and toolchain, both only when a preset looks cold (use.go).
+	Loaded   map[string]int
+	Unpassed []string          `json:",omitempty"`
+	Local    map[string]string `json:",omitempty"`
 }
 
 const (
@@ -275,6 +296,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	mine := &list{Dest: absDest(where.dest), Missing: true}
 	if where.refused == "" {
 		mine = scan(where.dest)
+		probe(plan, mine)
 	}
 	mine.Host, mine.First, mine.Last = plan.Host, first, last
 	mine.DestNote, mine.OtherSet, mine.Refused = where.note, where.other, where.refused
@@ -345,6 +367,7 @@ func collect(ctx context.Context, p2p P2P, leaders int, plan Plan, mine *list) (
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()
 	uses := jobUses(sum, lists, units, now)
+	explain(sum, lists, have, look.meta)
 	origin := mine.Origin
 	if origin == "" {
 		origin = mine.Dest // no base yet: the layer reads as packed in rank 0's DEST

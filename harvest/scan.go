@@ -42,7 +42,7 @@ func scan(dest string) *list {
 	// file's lstat below, before anything reads it (and harvest reads
 	// with O_NOATIME).
 	installed, terr := time.Parse(time.RFC3339Nano, rec.Installed)
-	l.Used = map[string]int64{}
+	l.Used, l.Loaded = map[string]int64{}, loadedUnits(rec)
 	if l.UsageUnknown = usageUnknown(dest); l.UsageUnknown == "" && terr != nil {
 		l.UsageUnknown = "its install record has no install time"
 	}
@@ -132,7 +132,7 @@ func scan(dest string) *list {
 		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
 		if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
 			if bundle.CacheUnit(name) != name {
-				f.Kept = true
+				f.Kept, f.Rewritten = true, true // written again, with the same bytes
 				same = append(same, f)
 			}
 			return nil // same bytes (after relocation undone)

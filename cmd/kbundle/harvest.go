@@ -125,6 +125,10 @@ func harvestAction(c *cli.Context) (err error) {
 		for _, line := range o.Report {
 			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", line)
 		}
+		if o.Verdict != "" {
+			// Last: the line a job log is read for (scripts/slurm, scripts/pbs).
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", o.Verdict)
+		}
 	}
 	return nil
 }

@@ -17,6 +17,8 @@ import (
 // Python's status().
 type statusTree = loadcmd.Tree
 
+type statusUse = loadcmd.TreeUse
+
 const (
 	stateInstalled  = loadcmd.StateInstalled
 	stateNotKbundle = loadcmd.StateNotKbundle
@@ -147,6 +149,9 @@ func printStatus(w io.Writer, t *statusTree) {
 	} else {
 		fmt.Fprintf(w, "  tree:      %s\n", treeChanges(t.Tree))
 	}
+	if u := t.Used; u != nil {
+		fmt.Fprintf(w, "  used:      %s\n", treeUsed(u))
+	}
 	if h := t.Harvested; h != nil {
 		what := "nothing new"
 		if h.Layer != "" {
@@ -156,6 +161,20 @@ func printStatus(w io.Writer, t *statusTree) {
 	} else if !t.Tree.Unchanged {
 		fmt.Fprintf(w, "  harvested: not since install (kbundle harvest gives what the job compiled back to its set)\n")
 	}
+}
+
+// treeUsed is the status's words for when a tree was last used.
+func treeUsed(u *statusUse) string {
+	units := plural(u.Units, "cache unit", "cache units")
+	switch {
+	case u.Unknown != "":
+		return "unknown (" + safe(u.Unknown) + ")"
+	case u.Units == 0:
+		return "nothing to use (no cache unit installed)"
+	case u.Read == 0:
+		return "none of its " + units + " read since install (did the application get the exports? kbundle harvest says why)"
+	}
+	return fmt.Sprintf("last %s, %d of %s read since install", u.Last, u.Read, units)
 }
 
 // printLayers prints the set a tree was installed from, and its bundles.

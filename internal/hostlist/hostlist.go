@@ -4,6 +4,7 @@
 package hostlist
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -59,4 +60,47 @@ func Format(hosts []string) string {
 		out = append(out, p+"["+strings.Join(parts, ",")+"]")
 	}
 	return strings.Join(out, ",")
+}
+
+// A Row is one node's line of a report before merging: its host, its
+// first and last rank, and the text.
+type Row struct {
+	Host        string
+	First, Last int
+	Text        string
+}
+
+// Lines makes rows lines, in order of first appearance: the nodes of one
+// text on one line, named in hostlist form ("kbn[1-3]: text"), or one
+// node by its host and ranks ("kbn1 (ranks 0-1): text").
+func Lines(rows []Row) []string {
+	type line struct {
+		hosts []string
+		ranks string
+	}
+	var order []string
+	byText := map[string]*line{}
+	for _, r := range rows {
+		l := byText[r.Text]
+		if l == nil {
+			l = &line{}
+			byText[r.Text] = l
+			order = append(order, r.Text)
+		}
+		l.hosts = append(l.hosts, r.Host)
+		l.ranks = fmt.Sprintf("rank %d", r.First)
+		if r.Last > r.First {
+			l.ranks = fmt.Sprintf("ranks %d-%d", r.First, r.Last)
+		}
+	}
+	var out []string
+	for _, text := range order {
+		l := byText[text]
+		who := l.hosts[0] + " (" + l.ranks + ")"
+		if len(l.hosts) > 1 {
+			who = Format(l.hosts)
+		}
+		out = append(out, who+": "+text)
+	}
+	return out
 }

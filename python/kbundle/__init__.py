@@ -38,7 +38,7 @@ from ._errors import (
     KbundleWarning,
     LoadFailedError,
 )
-from ._harvest import HarvestNode, HarvestResult, harvest
+from ._harvest import HarvestNode, HarvestResult, PresetUse, harvest
 from ._load import LoadResult, load_bundle, mpi_library
 from ._status import TreeStatus, status
 
@@ -54,6 +54,7 @@ __all__ = [
     "KbundleWarning",
     "LoadFailedError",
     "LoadResult",
+    "PresetUse",
     "TreeStatus",
     "clean",
     "harvest",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import sys
@@ -9,12 +10,33 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
-from . import _load, _megacache
+from . import _count, _load, _megacache
 from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
 from ._load import PathArg, _lines, call, failure, path, seconds
 
 if TYPE_CHECKING:  # mpi4py is imported at call time only
     from mpi4py import MPI
+
+
+@dataclass(frozen=True)
+class PresetUse:
+    """What one node's job did with one preset's cache: a line of the
+    report ("numba: 47 of 48 units used; 1 new, 0 recompiled")."""
+
+    #: The preset's name ("" for files under no preset's directory).
+    preset: str
+    #: Cache units loaded into DEST, and those the job read (access times).
+    units_loaded: int = 0
+    units_used: int = 0
+    #: Entries compiled that the set lacks, and entries it holds that were
+    #: compiled again (or a new key beside one of the same kernel name).
+    entries_new: int = 0
+    entries_recompiled: int = 0
+    #: The likely cause of units loaded but unused, or compiled again
+    #: ("" when the job ran warm): its rule ("exports", "toolchain",
+    #: "key", "machine", "unread") and words.
+    cause_rule: str = ""
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,8 @@ class HarvestNode:
     no_record: bool = False
     #: The node has no DEST (nothing was loaded there).
     missing_dest: bool = False
+    #: Per preset, what the job did with the cache units loaded here.
+    presets: Tuple[PresetUse, ...] = ()
 
     @property
     def ranks(self) -> range:
@@ -89,6 +113,15 @@ class HarvestResult:
     #: "kbundle: ": a line a node (identical lines merged), then what was
     #: written. harvest() does not print it.
     report: Tuple[str, ...] = ()
+    #: The job's one line, as ``kbundle harvest`` ends with it: "cache:
+    #: warm (47 of 48 units used; 1 new)", or the likely cause of a cold
+    #: cache ("cache: loaded but unused: pass NUMBA_CACHE_DIR (…)").
+    verdict: str = ""
+    #: Every rank's framework counts, in rank order, with
+    #: ``load_bundle(..., count=True)``: framework → (hits, misses), None
+    #: for a rank that did not count; () when none did. The report then
+    #: ends with a line a framework ("JAX: 16 hits, 0 misses on every rank").
+    counts: Tuple[Optional[Dict[str, Tuple[int, int]]], ...] = ()
     #: The warnings rank 0 issued as KbundleWarning (libkbundle's words,
     #: without "kbundle: ").
     warnings: Tuple[str, ...] = ()
@@ -169,12 +202,19 @@ def harvest(
         # Go copies the environment when the library loads; pass today's.
         "environ": dict(os.environ),
     }
+    # Every rank's framework counts (load_bundle's count=True), gathered
+    # before the harvest: None on a rank that did not count.
+    gather = getattr(comm, "allgather", None)
+    counts = tuple(gather(_count.snapshot())) if gather is not None else ()
     out = call("kbundle_harvest", "harvest", comm, req)
     rank0 = comm.Get_rank() == 0
     if not out.get("ok"):
         kind, reason, hint = failure(out, strict, rank0, HarvestFailedError, stacklevel=3)
         return HarvestResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))
     res = result(out)
+    if any(c is not None for c in counts):
+        extra = _count.report(list(counts), _count.numba_loaded())
+        res = dataclasses.replace(res, counts=counts, report=res.report + tuple(extra))
     if rank0:
         for line in _lines(out):
             warnings.warn(line, KbundleWarning, stacklevel=2)
@@ -208,6 +248,18 @@ def result(out: Dict[str, Any]) -> HarvestResult:
             error=str(n.get("error", "")),
             no_record=bool(n.get("no_record", False)),
             missing_dest=bool(n.get("missing_dest", False)),
+            presets=tuple(
+                PresetUse(
+                    preset=str(u.get("preset", "")),
+                    units_loaded=int(u.get("units_loaded", 0)),
+                    units_used=int(u.get("units_used", 0)),
+                    entries_new=int(u.get("entries_new", 0)),
+                    entries_recompiled=int(u.get("entries_recompiled", 0)),
+                    cause_rule=str((u.get("cause") or {}).get("rule", "")),
+                    cause=str((u.get("cause") or {}).get("text", "")),
+                )
+                for u in n.get("presets") or ()
+            ),
         )
         for n in out.get("nodes") or ()
     )
@@ -223,6 +275,7 @@ def result(out: Dict[str, Any]) -> HarvestResult:
         digest=str(out.get("digest", "")),
         content_digest=str(out.get("content", "")),
         packed_bytes=int(out.get("packed_bytes", 0)),
+        verdict=str(out.get("verdict", "")),
         dry_run=bool(out.get("dry_run", False)),
         report=tuple(out.get("report") or ()),
         warnings=tuple(out.get("warnings") or ()),

@@ -127,6 +127,7 @@ def load_bundle(
     allow_missing: Optional[bool] = None,
     parents: bool = False,
     replace_presets: bool = False,
+    count: bool = False,
 ) -> LoadResult:
     """Loads a kbundle bundle into node-local storage on every node of
     comm, as ``kbundle load`` does; collective: call it on every rank of
@@ -154,6 +155,10 @@ def load_bundle(
     empty dest (the job compiles cold, and kbundle.harvest at its end
     writes the set) instead of failing; default $KBUNDLE_ALLOW_MISSING,
     else False.
+    count: register the frameworks' own hit and miss hooks in this
+    process (JAX's monitoring events, Triton's compilation listener,
+    Inductor's and vLLM's counters): :func:`kbundle.harvest` then gathers
+    every rank's counts into its result (``counts``) and report.
 
     On success the presets' variables are set in os.environ (before the
     framework reads them) and the result says what was loaded. When the
@@ -179,6 +184,10 @@ def load_bundle(
         os.environ[k] = v
     # A framework imported before the call may have read the old values.
     late = _frameworks.apply(env)
+    if count:
+        from . import _count
+
+        _count.start(tuple(out.get("presets") or ()))
     res = LoadResult(
         ok=True,
         dest=out.get("dest", ""),

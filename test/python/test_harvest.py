@@ -138,7 +138,11 @@ def test_harvest_writes_one_layer() -> None:
     # The report is `kbundle harvest`'s lines, in Go's words.
     assert res.report[-1] == f"wrote a new layer, {res.layer}: 1 file (1 cache unit, {res.bytes} B)"
     assert res.report[-2] == f"{host} (rank {SIZE - 1}): compiled 1 entry ({len(BODY)} B) the bundle lacked"
-    assert len(res.report) == (2 if SIZE == 1 else 3)
+    # Before the nodes' lines, what each node did with each preset's units
+    # (issue 30), and the job's verdict beside the report.
+    nodes = [line for line in res.report if ": compiled " in line]
+    assert len(nodes) == (1 if SIZE == 1 else 2) and len(res.report) == len(nodes) + 1 + sum(": numba: " in line or ": triton: " in line for line in res.report)
+    assert res.verdict.startswith("cache: ")
     # The same result object on every rank.
     same_on_all(res)
 

@@ -35,6 +35,7 @@ import kbundle.__main__ as kbmain
 from kbundle import (
     HarvestFailedError,
     HarvestNode,
+    PresetUse,
     KbundleMPIError,
     KbundleUsageError,
     KbundleWarning,
@@ -489,6 +490,14 @@ class HarvestTest(unittest.TestCase):
         self.assertEqual(res.nodes[1], HarvestNode(host="kbn2", first_rank=2, last_rank=3, entries=2, bytes=30,
                                                    also_on_other_nodes=1, chosen=2, skipped=(("link", "symlink"),)))
         self.assertEqual(res.nodes[1].ranks, range(2, 4))
+        # The presets' counts and cause, and the job's verdict (issue 30).
+        use = {"preset": "numba", "units_loaded": 3, "units_used": 0, "entries_new": 0, "entries_recompiled": 0,
+               "cause": {"rule": "exports", "text": "loaded but unused: pass NUMBA_CACHE_DIR", "verdict": "v"}}
+        nodes = [dict(self.OUT["nodes"][0], presets=[use])]
+        cold = _harvest.result(dict(self.OUT, nodes=nodes, verdict="cache: loaded but unused: pass NUMBA_CACHE_DIR"))
+        self.assertEqual(cold.verdict, "cache: loaded but unused: pass NUMBA_CACHE_DIR")
+        self.assertEqual(cold.nodes[0].presets, (PresetUse(preset="numba", units_loaded=3, cause_rule="exports",
+                                                            cause="loaded but unused: pass NUMBA_CACHE_DIR"),))
         none = _harvest.result(dict(self.OUT, layer="", digest="", content=""))
         self.assertTrue(none)
         self.assertIsNone(none.layer)
@@ -513,6 +522,58 @@ class HarvestTest(unittest.TestCase):
         for text in ("wrote a new layer", "first bundle", "nothing new:", "would write", "the bundle lacked",
                      "also on other nodes", "not harvested:"):
             self.assertNotIn(text, src)
+
+
+class CountTest(unittest.TestCase):
+    """load_bundle(count=True)'s hooks (kbundle._count) on stand-in
+    frameworks: JAX's monitoring events, Triton's compilation listener,
+    Inductor's counters read against their values at start; harvest's
+    lines from every rank's counts (issue 30)."""
+
+    def setUp(self) -> None:
+        import importlib
+
+        from kbundle import _count
+
+        self.count = importlib.reload(_count)  # its state is the process's
+
+    def test_hooks(self) -> None:
+        listeners: List[Any] = []
+        jax = ModuleType("jax")
+        mon = ModuleType("jax.monitoring")
+        mon.register_event_listener = listeners.append  # type: ignore[attr-defined]
+        triton = ModuleType("triton")
+        knobs = ModuleType("triton.knobs")
+        seen: List[bool] = []
+        knobs.compilation = type("C", (), {"listener": lambda *a, cache_hit=False, **k: seen.append(cache_hit)})()  # type: ignore[attr-defined]
+        from collections import Counter, defaultdict
+
+        counters: Dict[str, "Counter[str]"] = defaultdict(Counter)
+        counters["inductor"]["fxgraph_cache_hit"] = 5  # before the load: not this job's
+        utils = ModuleType("torch._dynamo.utils")
+        utils.counters = counters  # type: ignore[attr-defined]
+        mods = {"jax": jax, "jax.monitoring": mon, "triton": triton, "triton.knobs": knobs, "torch._dynamo.utils": utils}
+        with unittest.mock.patch.dict(sys.modules, mods):
+            self.assertIsNone(self.count.snapshot())
+            self.assertEqual(self.count.start(("jax", "inductor")), ["JAX", "Triton"])
+            for ev in [self.count.JAX_MISS, self.count.JAX_MISS, self.count.JAX_HIT, "/jax/other"]:
+                listeners[0](ev)
+            knobs.compilation.listener(src=None, metadata={}, metadata_group={}, times=None, cache_hit=True)
+            counters["inductor"]["fxgraph_cache_hit"] += 3
+            counters["inductor"]["fxgraph_cache_miss"] += 1
+            snap = self.count.snapshot()
+        self.assertEqual(snap, {"JAX": (1, 2), "Triton": (1, 0), "Inductor": (3, 1)})  # vLLM not imported: not read
+        self.assertEqual(seen, [True])  # the listener there before still called
+
+    def test_report(self) -> None:
+        same = {"JAX": (16, 0)}
+        self.assertEqual(self.count.report([same, same], False), ["JAX: 16 hits, 0 misses on every rank"])
+        self.assertEqual(self.count.report([{"JAX": (10, 2)}, {"JAX": (6, 0)}, None], True), [
+            "JAX: 16 hits, 2 misses over 2 ranks (a rank: 6 to 10 hits, 0 to 2 misses)",
+            "Numba: no hook; its counts come from file use (the numba line above)",
+            "1 of 3 ranks did not count (load_bundle without count=True)",
+        ])
+        self.assertEqual(self.count.report([None, None], False), [])
 
 
 class MainTest(unittest.TestCase):

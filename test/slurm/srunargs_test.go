@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,6 +128,10 @@ func TestSlurmScriptsSrunLines(t *testing.T) {
 		}
 		if !strings.Contains(se, "kbundle: nothing new: no layer written to "+bundle) {
 			t.Errorf("the harvest of a warm run that compiled nothing does not say so\n%s", se)
+		}
+		// The job's verdict, after the harvest's report (issue 30).
+		if i, j := strings.Index(se, "kbundle: nothing new"), strings.LastIndex(se, "kbundle-run: cache: warm ("); j < i || !strings.Contains(se[j:], " units used)\n") {
+			t.Errorf("no verdict 'kbundle-run: cache: warm (N of M units used)' at the job's end\n%s", se)
 		}
 	})
 	t.Run("requeued job reuses its DEST", func(t *testing.T) {
@@ -256,6 +261,25 @@ func testHarvestSteps(t *testing.T, base []string, dir, log, bundle, local strin
 		}
 		if layers := setBundles(bundle); len(layers) != 1 {
 			t.Errorf("the set has %q: KBUNDLE_HARVEST=0 harvested", layers)
+		}
+		if !strings.Contains(se, "kbundle-run: cache: not checked (KBUNDLE_HARVEST=0: no harvest; KBUNDLE_HARVEST=check tells without writing the set)") {
+			t.Errorf("no 'cache: not checked' line\n%s", se)
+		}
+	})
+
+	t.Run("KBUNDLE_HARVEST=check", func(t *testing.T) {
+		so, se, code := run(t, append(base[:len(base):len(base)], "KBUNDLE_HARVEST=check", "KERNELS=6"), dir, "bash", runScript, app)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s%s", code, so, se)
+		}
+		if lines := srunLines(t, log); len(lines) != 4 || !strings.Contains(lines[2], " harvest --dry-run --bundle ") {
+			t.Errorf("srun calls %q, want load, application, a dry-run harvest, cleanup", lines)
+		}
+		if layers := setBundles(bundle); len(layers) != 1 {
+			t.Errorf("the set has %q: KBUNDLE_HARVEST=check wrote", layers)
+		}
+		if !regexp.MustCompile(`(?m)^kbundle-run: cache: warm \(\d+ of \d+ units? used; 1 new\)$`).MatchString(se) || strings.Contains(se, "kbundle: dry run:") {
+			t.Errorf("want the verdict alone, 1 new (KERNELS=6)\n%s", se)
 		}
 	})
 

@@ -88,7 +88,7 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 		return o, usagef("%s: want a size of 0 or more", f.given("max-size", r.MaxSize))
 	}
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
-		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv)}
+		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv), Getenv: o.getenv, Local: HarvestMeta(r.Python, o.getenv)}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
@@ -264,10 +264,11 @@ func Harvest(ctx context.Context, world broadcast.NodeComm, f Front, o HarvestOp
 
 // HarvestReport is the report of a harvest that returned s, as rank 0
 // prints it (each line after "kbundle: "), the same words from every
-// front end but for what to type (--to, dest=): a line a node, then what
-// was written.
+// front end but for what to type (--to, dest=): a line a node and preset
+// (harvest.UseReport), a line a node, then what was written. The job's verdict
+// (Summary.Verdict) is not in it: the CLI prints it last.
 func HarvestReport(f Front, s *harvest.Summary) []string {
-	lines := nodeLines(f, s)
+	lines := append(harvest.UseReport(s), nodeLines(f, s)...)
 	switch {
 	case s.DryRun:
 		lines = append(lines, fmt.Sprintf("dry run: would write %s (%s) to %s", plural(s.Files, "file"), plural(s.Units, "cache unit"), s.Set))

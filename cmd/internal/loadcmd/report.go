@@ -21,12 +21,7 @@ import (
 // name cannot send the terminal control sequences (X8 of the
 // 2026-12-01b review).
 func nodeLines(f Front, s *harvest.Summary) []string {
-	type line struct {
-		hosts []string
-		ranks string
-	}
-	var order []string
-	byText := map[string]*line{}
+	var rows []hostlist.Row
 	for _, n := range s.Nodes {
 		var text string
 		switch {
@@ -59,28 +54,9 @@ func nodeLines(f Front, s *harvest.Summary) []string {
 			}
 			text += "; skipped " + strings.Join(names, ", ")
 		}
-		l := byText[text]
-		if l == nil {
-			l = &line{}
-			byText[text] = l
-			order = append(order, text)
-		}
-		l.hosts = append(l.hosts, n.Host)
-		l.ranks = fmt.Sprintf("rank %d", n.FirstRank)
-		if n.LastRank > n.FirstRank {
-			l.ranks = fmt.Sprintf("ranks %d-%d", n.FirstRank, n.LastRank)
-		}
+		rows = append(rows, hostlist.Row{Host: n.Host, First: n.FirstRank, Last: n.LastRank, Text: text})
 	}
-	var out []string
-	for _, text := range order {
-		l := byText[text]
-		who := l.hosts[0] + " (" + l.ranks + ")"
-		if len(l.hosts) > 1 {
-			who = hostlist.Format(l.hosts)
-		}
-		out = append(out, who+": "+text)
-	}
-	return out
+	return hostlist.Lines(rows)
 }
 
 // noDestFix is what to pass when no DEST was found: the DEST load used,

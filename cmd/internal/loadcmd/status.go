@@ -51,6 +51,9 @@ type Tree struct {
 	// when none was since its install.
 	Harvested *bundle.HarvestRecord `json:"harvested,omitempty"`
 	RawBytes  int64                 `json:"raw_bytes"` // Bytes, under its canonical name
+	// Used says when the tree's cache units were last read (access
+	// times past the install).
+	Used *TreeUse `json:"used,omitempty"`
 }
 
 // TreeLayer is one bundle of an installed set, as its install record
@@ -143,6 +146,7 @@ func TreeStatus(dest string) Tree {
 		return t
 	}
 	t.fromRecord(dest, rec)
+	t.Used = treeUse(dest, rec) // before CompareTree, which may read files
 	ch, err := bundle.CompareTree(dest, rec)
 	if err != nil {
 		t.State, t.Reason = StateUnreadable, err.Error()

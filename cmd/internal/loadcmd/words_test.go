@@ -18,6 +18,7 @@ import (
 // the front door's to word (TestFrontWords).
 var foreignFlags = []string{
 	"srun --mpi",                   // detect: Slurm's MPI plugin, the launcher's fix
+	"srun --export=ALL",            // harvest's cause "exports": the launchers' own ways to pass a variable
 	"--gpu-architecture",           // presets: nvcc's flag, in DeepGEMM's key
 	"kbundle load --allow-missing", // bundle.MetaCreator: what made an empty set (a record, no message)
 	"kbundle warm --check",         // a preset's note: the warm-up check, the CLI's only
