@@ -35,6 +35,7 @@ import (
 	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/load"
 	"github.com/kbundle/kbundle/mpi"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // P2P is what Run needs of the leaders' communicator besides
@@ -69,6 +70,10 @@ type Plan struct {
 	// machine and toolchain of the job that compiled it (docs/FORMAT.md).
 	// Called on rank 0 only, and only when a layer is written.
 	Meta func(dest string) map[string]string
+	// Python is the interpreter whose sqlite3 module rank 0 merges the
+	// nodes' copies of a whole-file database with (preset.MergeDB):
+	// "": python3 on PATH.
+	Python string
 	// Failpoint, when not nil, is called at each step of the harvest, for
 	// tests that kill a rank there: "announce" (a leader sent its list;
 	// rank 0 received them all), "transfer" (a leader sent its first
@@ -179,6 +184,9 @@ type Summary struct {
 	// UsesSkipped are the use records pruning left out (untrusted owner,
 	// damaged), each "PATH: why".
 	UsesSkipped []string `json:"uses_skipped,omitempty"`
+	// Merged are the whole-file databases whose nodes' copies the layer
+	// holds merged, record by record (preset.MergeDB).
+	Merged []DBMerge `json:"merged_databases,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -364,6 +372,8 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	have, units := setView(plan.Bundle, plan.Trust)
 	sum, choice := choose(lists, have)
+	dbs := mergeCopies(lists, have, sum, choice, func(n string) bool { return preset.MergeDB(mine.Presets, n) })
+	defer dbs.close()
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()
 	uses := jobUses(sum, lists, units, now)
@@ -421,9 +431,18 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 			for _, i := range choice[r] {
 				f := l.Files[i]
 				var err error
-				if r == 0 {
+				switch db := dbs.of(lists, r, i); {
+				case db && r == 0:
+					err = dbs.keepLocal(copyRef{r, i}, plan.Dest, f, origin)
+				case db:
+					err = dbs.keepRemote(p2p, copyRef{r, i}, f, plan.Chunk)
+					if errors.Is(err, broadcast.ErrComm) {
+						commFail = err
+						return err
+					}
+				case r == 0:
 					err = copyLocal(w, plan.Dest, f, origin)
-				} else {
+				default:
 					err = recvFile(w, p2p, r, f, plan.Chunk)
 					if errors.Is(err, broadcast.ErrComm) {
 						commFail = err
@@ -438,6 +457,9 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 					plan.failpoint("transfer")
 				}
 			}
+		}
+		if first == nil {
+			first = dbs.write(ctx, w, plan.Python, lists, sum)
 		}
 		filesErr = first
 		return first

@@ -70,6 +70,10 @@ type Preset struct {
 	// file (JAX on XLA:CPU's AOT loader rejection, jax-ml/jax#38445): Check
 	// cannot see those in the files, so it watches the run's output.
 	refusals []string
+	// mergeDB reports whether the file rel (below Subdir) is a database
+	// that every node writes in place, which a harvest merges record by
+	// record rather than taking one node's copy (MergeDB).
+	mergeDB func(rel string) bool
 }
 
 // Presets returns the table, sorted by name, without the hidden test
@@ -209,4 +213,27 @@ func EnvFor(dest string, presets ...*Preset) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// MergeDB reports whether name, a path relative to a cache directory, is
+// a whole-file SQLite database of one of the named presets (or a preset
+// one of them includes; none named: any preset) that a harvest merges
+// record by record: every node writes it in place, so each node's copy
+// holds records the others lack (docs/presets.md, miopen).
+func MergeDB(presets []string, name string) bool {
+	var ps []*Preset
+	for _, n := range presets {
+		if p, err := Lookup(n); err == nil {
+			ps = append(ps, p.closure()...)
+		}
+	}
+	if len(presets) == 0 {
+		ps = table
+	}
+	for _, p := range ps {
+		if rel, ok := strings.CutPrefix(name, p.Subdir+"/"); ok && p.mergeDB != nil && p.mergeDB(rel) {
+			return true
+		}
+	}
+	return false
 }

@@ -172,3 +172,26 @@ func TestPresetsDocumented(t *testing.T) {
 		t.Error("docs/presets.md does not say the loaded copy must be writable")
 	}
 }
+
+// TestMergeDB: MIOpen's SQLite databases are merged record by record,
+// its text databases and other presets' files are not.
+func TestMergeDB(t *testing.T) {
+	for _, c := range []struct {
+		presets []string
+		name    string
+		want    bool
+	}{
+		{nil, "miopen/cache/gfx942_304.ukdb", true},
+		{nil, "miopen/db/gfx942_304_1.1.0.udb", true},
+		{[]string{"miopen"}, "miopen/db/gfx90a68_1.1.0.udb", true},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.ufdb.txt", false},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.udb.txt", false},
+		{nil, "triton/x.ukdb", false},
+		{[]string{"triton"}, "miopen/cache/gfx942_304.ukdb", false},
+		{[]string{"no-such-preset"}, "miopen/cache/gfx942_304.ukdb", false},
+	} {
+		if got := MergeDB(c.presets, c.name); got != c.want {
+			t.Errorf("MergeDB(%q, %q) = %v, want %v", c.presets, c.name, got, c.want)
+		}
+	}
+}

@@ -306,8 +306,9 @@ var table = []*Preset{
 			"the MIOpen version is in the find-db's name (MIOPEN_USER_DB_SUFFIX) and in the default cache path",
 		},
 		Notes: []string{
-			"one SQLite file holds every kernel and every node writes it in place: a harvest keeps one node's copy of each database file, so records the other nodes added are lost (record-level merge is not done yet)",
+			"one SQLite file holds every kernel and every node writes it in place: a harvest merges the nodes' copies of each .ukdb and .udb record by record (the lowest rank's record wins a conflict); the text find-db (.ufdb.txt) and a text perf-db (.udb.txt) go as one node's copy",
 		},
+		mergeDB: func(rel string) bool { return strings.HasSuffix(rel, ".ukdb") || strings.HasSuffix(rel, ".udb") },
 	},
 	{
 		Name:      "vllm",
