@@ -372,7 +372,7 @@ func lead(ctx context.Context, group broadcast.NodeComm, plan Plan, first, last 
 	}
 	have, units := setView(plan.Bundle, plan.Trust)
 	sum, choice := choose(lists, have)
-	dbs := mergeCopies(lists, have, sum, choice, func(n string) bool { return preset.MergeDB(mine.Presets, n) })
+	dbs := mergeCopies(lists, have, sum, choice, func(n string) string { return preset.MergeDB(mine.Presets, n) })
 	defer dbs.close()
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()

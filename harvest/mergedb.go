@@ -5,17 +5,21 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/preset"
 	"github.com/zeebo/xxh3"
 )
 
@@ -54,17 +58,18 @@ type copyRef struct{ r, i int }
 // merges are rank 0's databases to merge: name → copies, lowest rank first.
 type merges struct {
 	copies map[string][]copyRef
+	kind   map[string]string // name → preset.MergeSQLite or preset.MergeLines
 	names  []string
 	dir    string             // temporary directory ("": not made yet)
 	stash  map[copyRef]string // a copy received → its temporary file
 }
 
-// mergeCopies adds to choice, for each database merge says is one, every
+// mergeCopies adds to choice, for each database kind says is one, every
 // node's copy that differs from the set's and from the copies taken from
 // lower ranks, and returns those with more than one copy. A database
 // choose left out for a conflict of names stays out.
-func mergeCopies(lists []*list, have map[string]string, sum *Summary, choice [][]int, merge func(string) bool) *merges {
-	m := &merges{copies: map[string][]copyRef{}, stash: map[copyRef]string{}}
+func mergeCopies(lists []*list, have map[string]string, sum *Summary, choice [][]int, kind func(string) string) *merges {
+	m := &merges{copies: map[string][]copyRef{}, kind: map[string]string{}, stash: map[copyRef]string{}}
 	chosen := map[string]bool{}
 	for r, c := range choice {
 		for _, i := range c {
@@ -81,7 +86,7 @@ func mergeCopies(lists []*list, have map[string]string, sum *Summary, choice [][
 	found := map[string][]copyRef{}
 	for r, l := range lists {
 		for i, f := range l.Files {
-			if !merge(f.Name) || bundle.CacheUnit(f.Name) != f.Name || skipped[f.Name] || f.Dig == have[f.Name] {
+			if kind(f.Name) == "" || bundle.CacheUnit(f.Name) != f.Name || skipped[f.Name] || f.Dig == have[f.Name] {
 				continue
 			}
 			if found[f.Name] == nil {
@@ -116,6 +121,7 @@ func mergeCopies(lists []*list, have map[string]string, sum *Summary, choice [][
 		}
 		if len(take) > 1 {
 			m.copies[n] = take
+			m.kind[n] = kind(n)
 			m.names = append(m.names, n)
 			d := DBMerge{Name: n}
 			for _, c := range take {
@@ -225,7 +231,13 @@ func (m *merges) write(ctx context.Context, w *bundle.Writer, python string, lis
 			mtime = max(mtime, lists[c.r].Files[c.i].Mtime)
 		}
 		out := filepath.Join(m.dir, "merged-"+fmt.Sprint(len(paths))+"-"+filepath.Base(paths[0]))
-		res, err := runMerge(ctx, python, out, paths)
+		var res *mergeResult
+		var err error
+		if m.kind[n] == preset.MergeLines {
+			res, err = mergeLines(out, paths)
+		} else {
+			res, err = runMerge(ctx, python, out, paths)
+		}
 		base := 0
 		if res != nil {
 			for _, l := range res.LeftOut {
@@ -272,15 +284,18 @@ func addFile(w *bundle.Writer, name string, mode fs.FileMode, mtime time.Time, p
 
 // mergeResult is what mergeScript prints.
 type mergeResult struct {
-	Base      int   `json:"base"` // the copy merged into (-1: none valid)
-	Records   int64 `json:"records"`
-	Added     int64 `json:"added"`
-	Conflicts int64 `json:"conflicts"`
-	LeftOut   []struct {
-		Copy int    `json:"copy"`
-		Why  string `json:"why"`
-	} `json:"left_out"`
-	Error string `json:"error"`
+	Base      int       `json:"base"` // the copy merged into (-1: none valid)
+	Records   int64     `json:"records"`
+	Added     int64     `json:"added"`
+	Conflicts int64     `json:"conflicts"`
+	LeftOut   []leftOut `json:"left_out"`
+	Error     string    `json:"error"`
+}
+
+// leftOut is a copy not merged (its index in the copies), and why.
+type leftOut struct {
+	Copy int    `json:"copy"`
+	Why  string `json:"why"`
 }
 
 // mergeScript merges SQLite databases with Python's sqlite3 module.
@@ -319,4 +334,102 @@ func runMerge(ctx context.Context, python, out string, in []string) (*mergeResul
 		return res, fmt.Errorf("not merged: %s", res.Error)
 	}
 	return res, nil
+}
+
+// maxTextDB bounds a text database that mergeLines reads (MIOpen's are
+// kilobytes to a few megabytes).
+const maxTextDB = 256 << 20
+
+// mergeLines merges copies of a MIOpen text database (find-db .ufdb.txt,
+// text perf-db .udb.txt; ROCm/MIOpen src/db.cpp, PlainTextDb, and
+// src/db_record.cpp, DbRecord::ParseContents and WriteContents): lines
+// KEY=ID:VALUES;ID:VALUES…, one a record. A record here is one KEY and
+// ID: the lowest rank's valid copy keeps its own, each other copy adds
+// those it lacks, and out has each KEY's line, in the order the copies
+// first have them, its IDs sorted as MIOpen writes them. Ill-formed lines
+// and items are dropped, as MIOpen skips them.
+func mergeLines(out string, in []string) (*mergeResult, error) {
+	res := &mergeResult{Base: -1}
+	var keys []string
+	recs := map[string]map[string]string{}
+	for k, p := range in {
+		b, err := readSmall(p, maxTextDB)
+		if err == nil && (bytes.IndexByte(b, 0) >= 0 || !utf8.Valid(b)) {
+			err = errors.New("not a MIOpen text database (binary data)")
+		}
+		if err != nil {
+			res.LeftOut = append(res.LeftOut, leftOut{k, err.Error()})
+			continue
+		}
+		base := res.Base < 0
+		if base {
+			res.Base = k
+		}
+		for line := range strings.Lines(string(b)) {
+			key, contents, ok := strings.Cut(strings.TrimRight(line, "\r\n"), "=")
+			if !ok || key == "" {
+				continue
+			}
+			rec := recs[key]
+			if rec == nil {
+				rec = map[string]string{}
+				recs[key] = rec
+				keys = append(keys, key)
+			}
+			own := map[string]bool{} // this copy's IDs of key: its first wins
+			for item := range strings.SplitSeq(contents, ";") {
+				id, values, ok := strings.Cut(item, ":")
+				if !ok || id == "" || own[id] {
+					continue
+				}
+				own[id] = true
+				old, held := rec[id]
+				switch {
+				case !held:
+					rec[id] = values
+					if !base {
+						res.Added++
+					}
+				case base:
+					// A duplicate line of the lowest rank's own: its first holds.
+				case old != values:
+					res.Conflicts++
+				}
+			}
+		}
+	}
+	if res.Base < 0 {
+		return res, errors.New("not merged: no copy could be read")
+	}
+	var buf bytes.Buffer
+	for _, key := range keys {
+		rec := recs[key]
+		if len(rec) == 0 {
+			continue
+		}
+		buf.WriteString(key + "=")
+		for j, id := range slices.Sorted(maps.Keys(rec)) {
+			if j > 0 {
+				buf.WriteByte(';')
+			}
+			buf.WriteString(id + ":" + rec[id])
+		}
+		buf.WriteByte('\n')
+		res.Records += int64(len(rec))
+	}
+	return res, os.WriteFile(out, buf.Bytes(), 0o600)
+}
+
+// readSmall reads the file at p, refusing one above limit bytes.
+func readSmall(p string, limit int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("larger than %d MiB: not merged", limit>>20)
+	}
+	return b, err
 }

@@ -230,3 +230,51 @@ func TestMergeDBNoPython(t *testing.T) {
 		t.Errorf("kernels %q", got)
 	}
 }
+
+// The text find-db (ROCm/MIOpen src/db.cpp, PlainTextDb: KEY=ID:VALUES;…
+// lines, IDs sorted, src/db_record.cpp) merges by KEY and ID.
+const ufdb = "miopen/db/gfx942_304.HIP.6_2_0.ufdb.txt"
+
+func TestMergeDBTextFindDB(t *testing.T) {
+	dir := t.TempDir()
+	set, dest := filepath.Join(dir, "cache.kbundle"), filepath.Join(dir, "dest")
+	k1 := "3-32-32-3x3-64-32-32-16-1x1-1x1-1x1-0-NCHW-FP32-F"
+	k2 := "64-56-56-1x1-64-56-56-16-0x0-1x1-1x1-0-NCHW-FP32-F"
+	k3 := "128-28-28-3x3-128-28-28-16-1x1-1x1-1x1-0-NCHW-FP16-B"
+	install(t, set, dest, 2, map[string]string{ufdb: k1 + "=ConvOclDirectFwd:0.05,0,miopenConvolutionFwdAlgoDirect,<unused>\n"})
+	write(t, dest+".node0", ufdb, k1+"=ConvBinWinograd3x3U:0.03,0,miopenConvolutionFwdAlgoWinograd,<unused>;ConvOclDirectFwd:0.05,0,miopenConvolutionFwdAlgoDirect,<unused>\n"+
+		k2+"=ConvOclDirectFwd1x1:0.02,0,miopenConvolutionFwdAlgoDirect,<unused>\n")
+	write(t, dest+".node1", ufdb, k1+"=ConvOclDirectFwd:0.05,0,miopenConvolutionFwdAlgoDirect,<unused>\n"+
+		k2+"=ConvOclDirectFwd1x1:0.09,0,miopenConvolutionFwdAlgoDirect,<unused>\n"+ // a conflict: node 0's kept
+		k3+"=GemmBwdRest:0.7,4096,miopenConvolutionBwdDataAlgoGEMM,<unused>\n"+
+		"ill-formed line\n")
+	s := run(t, set, dest, 2, 1)[0]
+	want := k1 + "=ConvBinWinograd3x3U:0.03,0,miopenConvolutionFwdAlgoWinograd,<unused>;ConvOclDirectFwd:0.05,0,miopenConvolutionFwdAlgoDirect,<unused>\n" +
+		k2 + "=ConvOclDirectFwd1x1:0.02,0,miopenConvolutionFwdAlgoDirect,<unused>\n" +
+		k3 + "=GemmBwdRest:0.7,4096,miopenConvolutionBwdDataAlgoGEMM,<unused>\n"
+	if got := layerFiles(t, s.Layer)[ufdb]; got != want {
+		t.Errorf("the layer's find-db\n%s\nwant\n%s", got, want)
+	}
+	if len(s.Merged) != 1 || s.Merged[0].Records != 4 || s.Merged[0].Added != 1 || s.Merged[0].Conflicts != 1 || len(s.Merged[0].LeftOut) != 0 {
+		t.Errorf("%+v", s.Merged)
+	}
+}
+
+// mergeLines: a binary copy is left out; MIOpen's duplicate IDs in one
+// record keep the first (DbRecord::ParseContents).
+func TestMergeLines(t *testing.T) {
+	dir := t.TempDir()
+	in := []string{filepath.Join(dir, "0"), filepath.Join(dir, "1"), filepath.Join(dir, "2")}
+	os.WriteFile(in[0], []byte("bin\x00ary=a:1\n"), 0o644)
+	os.WriteFile(in[1], []byte("k=b:2;b:3;:x;noid\r\n=nokey\n"), 0o644)
+	os.WriteFile(in[2], []byte("k=a:1;b:4\nj=c:5"), 0o644)
+	out := filepath.Join(dir, "out")
+	res, err := mergeLines(out, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	if string(b) != "k=a:1;b:2\nj=c:5\n" || res.Base != 1 || res.Records != 3 || res.Added != 2 || res.Conflicts != 1 || len(res.LeftOut) != 1 || res.LeftOut[0].Copy != 0 {
+		t.Errorf("%q, %+v", b, res)
+	}
+}

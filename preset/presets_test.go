@@ -173,25 +173,26 @@ func TestPresetsDocumented(t *testing.T) {
 	}
 }
 
-// TestMergeDB: MIOpen's SQLite databases are merged record by record,
-// its text databases and other presets' files are not.
+// TestMergeDB: MIOpen's databases are merged record by record, SQLite
+// and text each its way; other presets' files are not.
 func TestMergeDB(t *testing.T) {
 	for _, c := range []struct {
 		presets []string
 		name    string
-		want    bool
+		want    string
 	}{
-		{nil, "miopen/cache/gfx942_304.ukdb", true},
-		{nil, "miopen/db/gfx942_304_1.1.0.udb", true},
-		{[]string{"miopen"}, "miopen/db/gfx90a68_1.1.0.udb", true},
-		{nil, "miopen/db/gfx942_304.HIP.6_2_0.ufdb.txt", false},
-		{nil, "miopen/db/gfx942_304.HIP.6_2_0.udb.txt", false},
-		{nil, "triton/x.ukdb", false},
-		{[]string{"triton"}, "miopen/cache/gfx942_304.ukdb", false},
-		{[]string{"no-such-preset"}, "miopen/cache/gfx942_304.ukdb", false},
+		{nil, "miopen/cache/gfx942_304.ukdb", MergeSQLite},
+		{nil, "miopen/db/gfx942_304_1.1.0.udb", MergeSQLite},
+		{[]string{"miopen"}, "miopen/db/gfx90a68_1.1.0.udb", MergeSQLite},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.ufdb.txt", MergeLines},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.udb.txt", MergeLines},
+		{nil, "miopen/db/notes.txt", ""},
+		{nil, "triton/x.ukdb", ""},
+		{[]string{"triton"}, "miopen/cache/gfx942_304.ukdb", ""},
+		{[]string{"no-such-preset"}, "miopen/cache/gfx942_304.ukdb", ""},
 	} {
 		if got := MergeDB(c.presets, c.name); got != c.want {
-			t.Errorf("MergeDB(%q, %q) = %v, want %v", c.presets, c.name, got, c.want)
+			t.Errorf("MergeDB(%q, %q) = %q, want %q", c.presets, c.name, got, c.want)
 		}
 	}
 }
