@@ -37,9 +37,12 @@ def check(path):
     except sqlite3.Error as e:
         return None, str(e)
     try:
+        con.execute("PRAGMA trusted_schema = OFF")
         r = con.execute("PRAGMA integrity_check").fetchall()
         if r != [("ok",)]:
             return None, "PRAGMA integrity_check: " + "; ".join(str(x[0]) for x in r[:3])
+        if con.execute("SELECT count(*) FROM sqlite_master WHERE type NOT IN ('table', 'index')").fetchone()[0]:
+            return None, "it has triggers or views, which MIOpen does not make"
         return schema(con, "main"), None
     except sqlite3.Error as e:
         return None, "not a valid SQLite database (%s)" % e
@@ -122,6 +125,7 @@ def main():
     shutil.copyfile(ins[valid[0]], out)
     con = sqlite3.connect(out, isolation_level=None)
     try:
+        con.execute("PRAGMA trusted_schema = OFF")
         lay = {t: layout(con, t, tables) for t in tables}
         order = sorted(tables, key=lambda t: (len(lay[t][3]) > 0, t))
         for k in valid[1:]:

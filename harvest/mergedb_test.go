@@ -199,6 +199,22 @@ func TestMergeDBCorruptCopy(t *testing.T) {
 		t.Errorf("kernels %q", got)
 	}
 
+	// A copy with other tables (another MIOpen version), or a trigger,
+	// is left out too.
+	set, dest, n = mergeSetup(t)
+	addKernel(t, filepath.Join(n[0], ukdb), "a.o", "a")
+	sqlitePy(t, filepath.Join(n[1], ukdb), `db.execute("CREATE TABLE extra (x)")`)
+	sqlitePy(t, filepath.Join(n[0], udb), `db.execute("CREATE TRIGGER t AFTER INSERT ON config BEGIN DELETE FROM perf_db; END")`)
+	addPerf(t, filepath.Join(n[1], udb), 8, "ConvAsm", "p8")
+	s = run(t, set, dest, 2, 1)[0]
+	if len(s.Merged) != 2 || len(s.Merged[0].LeftOut) != 1 || !strings.Contains(s.Merged[0].LeftOut[0], "its tables are not those") ||
+		len(s.Merged[1].LeftOut) != 1 || !strings.HasPrefix(s.Merged[1].LeftOut[0], "kbn0 (rank 0): it has triggers") {
+		t.Fatalf("%+v", s.Merged)
+	}
+	if got := perfs(t, layerFile(t, s.Layer, udb)); !slices.Equal(got, []string{"1/ConvDirect=p1", "8/ConvAsm=p8"}) {
+		t.Errorf("perf-db %q", got)
+	}
+
 	// Every copy damaged: the lowest rank's goes, and the report says so.
 	set, dest, n = mergeSetup(t)
 	write(t, n[0], ukdb, "garbage 0")
