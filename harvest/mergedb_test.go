@@ -294,3 +294,30 @@ func TestMergeLines(t *testing.T) {
 		t.Errorf("%q, %+v", b, res)
 	}
 }
+
+// FuzzMergeLines: any two copies merge without a panic into lines that
+// merge again to themselves, every record of the lowest rank's kept.
+func FuzzMergeLines(f *testing.F) {
+	f.Add("k=a:1;b:2\n", "k=b:3;c:4\nj=d:5")
+	f.Add("=x\n\x00", "k=:;:\r\n")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		dir := t.TempDir()
+		in := []string{filepath.Join(dir, "a"), filepath.Join(dir, "b")}
+		os.WriteFile(in[0], []byte(a), 0o644)
+		os.WriteFile(in[1], []byte(b), 0o644)
+		out := filepath.Join(dir, "out")
+		res, err := mergeLines(out, in)
+		if err != nil {
+			if res.Base >= 0 {
+				t.Fatalf("%v with a copy read", err)
+			}
+			return
+		}
+		first, _ := os.ReadFile(out)
+		again, err := mergeLines(filepath.Join(dir, "again"), []string{out})
+		second, _ := os.ReadFile(filepath.Join(dir, "again"))
+		if err != nil || string(first) != string(second) || again.Records != res.Records {
+			t.Fatalf("merged %q, again %q (%v)", first, second, err)
+		}
+	})
+}
