@@ -282,6 +282,10 @@ func addFile(w *bundle.Writer, name string, mode fs.FileMode, mtime time.Time, p
 	return w.CopyFile(name, mode, mtime, size, bundle.Digest(h.Sum128().Bytes()), f)
 }
 
+// NoPython begins a DBMerge's Fallback when Plan.Python (or python3 on
+// PATH) is not found.
+const NoPython = "no Python to merge with"
+
 // mergeResult is what mergeScript prints.
 type mergeResult struct {
 	Base      int       `json:"base"` // the copy merged into (-1: none valid)
@@ -313,7 +317,7 @@ func runMerge(ctx context.Context, python, out string, in []string) (*mergeResul
 	}
 	exe, err := exec.LookPath(python)
 	if err != nil {
-		return nil, fmt.Errorf("no Python to merge with (%s not found; set KBUNDLE_PYTHON or --python)", python)
+		return nil, fmt.Errorf("%s (%s not found)", NoPython, python)
 	}
 	cmd := exec.CommandContext(ctx, exe, append([]string{"-I", "-c", mergeScript, out}, in...)...)
 	var stderr bytes.Buffer

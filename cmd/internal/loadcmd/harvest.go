@@ -299,7 +299,7 @@ func HarvestReport(f Front, s *harvest.Summary) []string {
 		}
 		lines = append(lines, fmt.Sprintf("the layer %s in the set's view (the newest layer wins): %s", what, bundle.Printable(strings.Join(s.Replaced, ", "))))
 	}
-	lines = append(lines, mergeReport(s)...)
+	lines = append(lines, mergeReport(f, s)...)
 	lines = append(lines, pruneReport(f, s)...)
 	switch {
 	case s.UseRecord != "" && s.UsesRecorded > 0:
@@ -314,7 +314,7 @@ func HarvestReport(f Front, s *harvest.Summary) []string {
 
 // mergeReport says how the nodes' copies of each whole-file database
 // were merged (harvest.DBMerge), loudly where records were lost.
-func mergeReport(s *harvest.Summary) []string {
+func mergeReport(f Front, s *harvest.Summary) []string {
 	var lines []string
 	for _, d := range s.Merged {
 		name := bundle.Printable(d.Name)
@@ -324,7 +324,11 @@ func mergeReport(s *harvest.Summary) []string {
 			lines = append(lines, fmt.Sprintf("would merge %s of %s, record by record: %s", plural(len(d.From), "copy"), name, from))
 			continue
 		case d.Fallback != "":
-			lines = append(lines, fmt.Sprintf("warning: %s: %s; the layer holds the copy of %s only, and the records only the other nodes added are lost", name, bundle.Printable(d.Fallback), bundle.Printable(d.FallbackFrom)))
+			fix := ""
+			if strings.HasPrefix(d.Fallback, harvest.NoPython) && f == CLI {
+				fix = " (pass --python PATH, a Python with sqlite3, or set KBUNDLE_PYTHON)"
+			}
+			lines = append(lines, fmt.Sprintf("warning: %s: %s; the layer holds the copy of %s only, and the records only the other nodes added are lost%s", name, bundle.Printable(d.Fallback), bundle.Printable(d.FallbackFrom), fix))
 		default:
 			conflicts := ""
 			if d.Conflicts > 0 {

@@ -171,8 +171,8 @@ func TestHarvestReportMerged(t *testing.T) {
 		{harvest.DBMerge{Name: db, From: from, Records: 2, LeftOut: []string{"kbn1 (rank 1): not a valid SQLite database (file is not a database)"}}, false,
 			[]string{"merged 1 copy of " + db + ", record by record (kbn0 (rank 0), kbn1 (rank 1)): 2 records, 0 added to the lowest rank's",
 				"warning: " + db + ": left out the copy of kbn1 (rank 1): not a valid SQLite database (file is not a database)"}},
-		{harvest.DBMerge{Name: db, From: from, Fallback: "no Python to merge with (python3 not found; set KBUNDLE_PYTHON or --python)", FallbackFrom: "kbn0 (rank 0)"}, false,
-			[]string{"warning: " + db + ": no Python to merge with (python3 not found; set KBUNDLE_PYTHON or --python); the layer holds the copy of kbn0 (rank 0) only, and the records only the other nodes added are lost"}},
+		{harvest.DBMerge{Name: db, From: from, Fallback: "no Python to merge with (python3 not found)", FallbackFrom: "kbn0 (rank 0)"}, false,
+			[]string{"warning: " + db + ": no Python to merge with (python3 not found); the layer holds the copy of kbn0 (rank 0) only, and the records only the other nodes added are lost (pass --python PATH, a Python with sqlite3, or set KBUNDLE_PYTHON)"}},
 		{harvest.DBMerge{Name: db, From: from}, true,
 			[]string{"would merge 2 copies of " + db + ", record by record: kbn0 (rank 0), kbn1 (rank 1)"}},
 	} {
