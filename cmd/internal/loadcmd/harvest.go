@@ -184,6 +184,14 @@ type HarvestOutcome struct {
 // Harvested is the outcome of a harvest that returned sum.
 func Harvested(f Front, sum *harvest.Summary) HarvestOutcome {
 	o := HarvestOutcome{OK: true, Summary: *sum, Report: HarvestReport(f, sum), Warnings: []string{}}
+	for _, l := range o.Report {
+		if strings.HasPrefix(l, "warning: ") {
+			// The report's own warnings (records lost, an untrusted set):
+			// the Python front raises them (KbundleWarning), the CLI
+			// prints the report.
+			o.Warnings = append(o.Warnings, l)
+		}
+	}
 	if o.Nodes == nil {
 		o.Nodes = []harvest.NodeReport{}
 	}

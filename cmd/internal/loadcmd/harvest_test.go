@@ -181,5 +181,14 @@ func TestHarvestReportMerged(t *testing.T) {
 		if len(got) < len(c.want) || !reflect.DeepEqual(got[len(got)-len(c.want):], c.want) {
 			t.Errorf("%q, want it to end with %q", got, c.want)
 		}
+		var warned []string
+		for _, l := range c.want {
+			if strings.HasPrefix(l, "warning: ") {
+				warned = append(warned, l)
+			}
+		}
+		if o := Harvested(CLI, &s); len(o.Warnings) != len(warned) || (len(warned) > 0 && !reflect.DeepEqual(o.Warnings, warned)) {
+			t.Errorf("Harvested's warnings %q, want %q", o.Warnings, warned)
+		}
 	}
 }
