@@ -241,9 +241,13 @@ func (m *merges) write(ctx context.Context, w *bundle.Writer, python string, lis
 		base := 0
 		if res != nil {
 			for _, l := range res.LeftOut {
-				d.LeftOut = append(d.LeftOut, fmt.Sprintf("%s: %s", d.From[l.Copy], l.Why))
+				if l.Copy >= 0 && l.Copy < len(d.From) {
+					d.LeftOut = append(d.LeftOut, fmt.Sprintf("%s: %s", d.From[l.Copy], l.Why))
+				}
 			}
-			base = max(res.Base, 0)
+			if res.Base > 0 && res.Base < len(paths) {
+				base = res.Base
+			}
 		}
 		if err != nil {
 			d.Fallback, d.FallbackFrom = err.Error(), d.From[base]
