@@ -27,12 +27,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // P2P is what Run needs of the leaders' communicator besides
@@ -67,6 +67,10 @@ type Plan struct {
 	// machine and toolchain of the job that compiled it (docs/FORMAT.md).
 	// Called on rank 0 only, and only when a layer is written.
 	Meta func(dest string) map[string]string
+	// Python is the interpreter whose sqlite3 module rank 0 merges the
+	// nodes' copies of a whole-file database with (preset.MergeDB):
+	// "": python3 on PATH.
+	Python string
 	// Failpoint, when not nil, is called at each step of the harvest, for
 	// tests that kill a rank there: "announce" (a leader sent its list;
 	// rank 0 received them all), "transfer" (a leader sent its first
@@ -191,6 +195,9 @@ type Summary struct {
 	// Verdict is the job's line: "cache: warm (47 of 48 units used; 1
 	// new)", or the likely cause of a cold one (use.go).
 	Verdict string `json:"verdict"`
+	// Merged are the whole-file databases whose nodes' copies the layer
+	// holds merged, record by record (preset.MergeDB).
+	Merged []DBMerge `json:"merged_databases,omitempty"`
 }
 
 // list is what a leader sends rank 0.
@@ -364,6 +371,8 @@ func collect(ctx context.Context, p2p P2P, leaders int, plan Plan, mine *list) (
 	defer look.close()
 	have, units := look.view()
 	sum, choice := choose(lists, have)
+	dbs := mergeCopies(lists, have, sum, choice, func(n string) string { return preset.MergeDB(mine.Presets, n) })
+	defer dbs.close()
 	sum.DryRun, sum.MaxSize, sum.Set = plan.DryRun, plan.MaxSize, plan.Bundle
 	now := time.Now()
 	uses := jobUses(sum, lists, units, now)
@@ -399,7 +408,7 @@ func collect(ctx context.Context, p2p P2P, leaders int, plan Plan, mine *list) (
 		}
 	}
 	look.close() // read: the set is opened again only after the layer is published
-	pub, err := writeLayer(ctx, p2p, plan, lists, choice, mine, origin)
+	pub, err := writeLayer(ctx, p2p, plan, lists, choice, dbs, sum, mine, origin)
 	if errors.Is(err, broadcast.ErrComm) {
 		return nil, err
 	}
@@ -435,71 +444,4 @@ func gatherLists(p2p P2P, leaders int, mine *list) ([]*list, error) {
 		lists = append(lists, l)
 	}
 	return lists, nil
-}
-
-// writeLayer writes the chosen files as a layer of the set: rank 0's
-// from its DEST, the others' as their leaders send them. An error
-// matching broadcast.ErrComm is a communicator failure; any other says
-// why no layer was published (a file's own, fileErr, or publishErr's).
-func writeLayer(ctx context.Context, p2p P2P, plan Plan, lists []*list, choice [][]int, mine *list, origin string) (*bundle.Published, error) {
-	var commFail error
-	filled := false
-	var filesErr error // a file's own (fileErr): it says what to do
-	pub, err := bundle.WriteLayer(ctx, plan.Bundle, &bundle.LayerOptions{Writer: plan.Writer, Trust: plan.Trust, Failpoint: plan.Failpoint}, func(w *bundle.Writer) error {
-		if plan.Meta != nil {
-			for k, v := range plan.Meta(mine.Dest) {
-				w.SetMeta(k, v)
-			}
-		}
-		filled = true
-		if len(mine.Presets) > 0 {
-			// The presets DEST was loaded with: a first harvest's base
-			// carries them, so the next job's load prints their exports
-			// (merge keeps the newest layer's).
-			w.SetMeta(bundle.MetaPreset, strings.Join(mine.Presets, ","))
-		}
-		w.SetMeta(bundle.MetaOrigin, origin)
-		w.SetMeta(bundle.MetaCreator, "kbundle harvest")
-		var first error
-		moved := false
-		for r, l := range lists {
-			for _, i := range choice[r] {
-				f := l.Files[i]
-				var err error
-				if r == 0 {
-					err = copyLocal(w, plan.Dest, f, origin)
-				} else {
-					err = recvFile(w, p2p, r, f, plan.Chunk)
-					if errors.Is(err, broadcast.ErrComm) {
-						commFail = err
-						return err
-					}
-				}
-				if err != nil && first == nil {
-					first = fileErr(l, f, err)
-				}
-				if first == nil && !moved {
-					moved = true
-					plan.failpoint("transfer")
-				}
-			}
-		}
-		filesErr = first
-		return first
-	})
-	if commFail != nil {
-		return nil, commFail
-	}
-	if !filled {
-		// The layer failed before it took the files (its temporary could
-		// not be made): the leaders send them all the same, and a send
-		// larger than MPI's eager limit completes only once received.
-		if err := drain(p2p, lists, choice, plan.Chunk); err != nil {
-			return nil, err
-		}
-	}
-	if err != nil && filesErr == nil {
-		err = publishErr(err)
-	}
-	return pub, err
 }

@@ -70,6 +70,10 @@ type Preset struct {
 	// file (JAX on XLA:CPU's AOT loader rejection, jax-ml/jax#38445): Check
 	// cannot see those in the files, so it watches the run's output.
 	refusals []string
+	// mergeDB says how a harvest merges the file rel (below Subdir) when
+	// it is a database that every node writes in place, record by record
+	// rather than one node's copy (MergeDB): "" when it is not.
+	mergeDB func(rel string) string
 }
 
 // Presets returns the table, sorted by name, without the hidden test
@@ -209,4 +213,36 @@ func EnvFor(dest string, presets ...*Preset) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// How a harvest merges a whole-file database's copies (MergeDB).
+const (
+	MergeSQLite = "sqlite" // a SQLite database: row by row, by each table's unique key
+	MergeLines  = "lines"  // MIOpen's text databases: KEY=ID:VALUES;… lines, by KEY and ID
+)
+
+// MergeDB says how a harvest merges name, a path relative to a cache
+// directory, when it is a whole-file database of one of the named
+// presets (or a preset one of them includes; none named: any preset):
+// MergeSQLite, MergeLines, or "" (not a database: one node's copy goes).
+// Every node writes such a database in place, so each node's copy holds
+// records the others lack (docs/presets.md, miopen).
+func MergeDB(presets []string, name string) string {
+	var ps []*Preset
+	for _, n := range presets {
+		if p, err := Lookup(n); err == nil {
+			ps = append(ps, p.closure()...)
+		}
+	}
+	if len(presets) == 0 {
+		ps = table
+	}
+	for _, p := range ps {
+		if rel, ok := strings.CutPrefix(name, p.Subdir+"/"); ok && p.mergeDB != nil {
+			if k := p.mergeDB(rel); k != "" {
+				return k
+			}
+		}
+	}
+	return ""
 }

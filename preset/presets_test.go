@@ -172,3 +172,27 @@ func TestPresetsDocumented(t *testing.T) {
 		t.Error("docs/presets.md does not say the loaded copy must be writable")
 	}
 }
+
+// TestMergeDB: MIOpen's databases are merged record by record, SQLite
+// and text each its way; other presets' files are not.
+func TestMergeDB(t *testing.T) {
+	for _, c := range []struct {
+		presets []string
+		name    string
+		want    string
+	}{
+		{nil, "miopen/cache/gfx942_304.ukdb", MergeSQLite},
+		{nil, "miopen/db/gfx942_304_1.1.0.udb", MergeSQLite},
+		{[]string{"miopen"}, "miopen/db/gfx90a68_1.1.0.udb", MergeSQLite},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.ufdb.txt", MergeLines},
+		{nil, "miopen/db/gfx942_304.HIP.6_2_0.udb.txt", MergeLines},
+		{nil, "miopen/db/notes.txt", ""},
+		{nil, "triton/x.ukdb", ""},
+		{[]string{"triton"}, "miopen/cache/gfx942_304.ukdb", ""},
+		{[]string{"no-such-preset"}, "miopen/cache/gfx942_304.ukdb", ""},
+	} {
+		if got := MergeDB(c.presets, c.name); got != c.want {
+			t.Errorf("MergeDB(%q, %q) = %q, want %q", c.presets, c.name, got, c.want)
+		}
+	}
+}

@@ -306,8 +306,9 @@ var table = []*Preset{
 			"the MIOpen version is in the find-db's name (MIOPEN_USER_DB_SUFFIX) and in the default cache path",
 		},
 		Notes: []string{
-			"one SQLite file holds every kernel and every node writes it in place: a harvest keeps one node's copy of each database file, so records the other nodes added are lost (record-level merge is not done yet)",
+			"one SQLite file holds every kernel and every node writes it in place: a harvest merges the nodes' copies of each database record by record (the SQLite .ukdb and .udb by table rows, the text .ufdb.txt and .udb.txt by KEY and ID), the lowest rank's record winning a conflict",
 		},
+		mergeDB: miopenDB,
 	},
 	{
 		Name:      "vllm",
@@ -367,4 +368,20 @@ func jaxHitWrite(c Change) bool {
 	}
 	base := path.Base(c.Path)
 	return (strings.HasSuffix(base, "-atime") && c.Size == 8) || (base == ".lockfile" && c.Size == 0)
+}
+
+// miopenDB says how MIOpen's databases merge (preset.MergeDB): the kernel
+// cache ARCH_CUs.ukdb (ROCm/MIOpen src/binary_cache.cpp) and the SQLite
+// perf-db ARCH_CUs_1.1.0.udb (src/include/miopen/execution_context.hpp,
+// GetUserPerfDbPath) by rows, the text find-db ARCH_CUs.HIP.X_Y_Z.ufdb.txt
+// (src/find_db.cpp) and text perf-db .udb.txt (PlainTextDb, src/db.cpp) by
+// lines.
+func miopenDB(rel string) string {
+	switch {
+	case strings.HasSuffix(rel, ".ukdb"), strings.HasSuffix(rel, ".udb"):
+		return MergeSQLite
+	case strings.HasSuffix(rel, ".ufdb.txt"), strings.HasSuffix(rel, ".udb.txt"):
+		return MergeLines
+	}
+	return ""
 }

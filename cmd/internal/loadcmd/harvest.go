@@ -88,7 +88,10 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 		return o, usagef("%s: want a size of 0 or more", f.given("max-size", r.MaxSize))
 	}
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
-		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv), Getenv: o.getenv, Local: HarvestMeta(r.Python, o.getenv)}
+		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv), Getenv: o.getenv, Local: HarvestMeta(r.Python, o.getenv), Python: r.Python}
+	if o.plan.Python == "" {
+		o.plan.Python = o.getenv("KBUNDLE_PYTHON") // its sqlite3 merges whole-file databases (harvest.Plan.Python)
+	}
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
@@ -181,6 +184,14 @@ type HarvestOutcome struct {
 // Harvested is the outcome of a harvest that returned sum.
 func Harvested(f Front, sum *harvest.Summary) HarvestOutcome {
 	o := HarvestOutcome{OK: true, Summary: *sum, Report: HarvestReport(f, sum), Warnings: []string{}}
+	for _, l := range o.Report {
+		if strings.HasPrefix(l, "warning: ") {
+			// The report's own warnings (records lost, an untrusted set):
+			// the Python front raises them (KbundleWarning), the CLI
+			// prints the report.
+			o.Warnings = append(o.Warnings, l)
+		}
+	}
 	if o.Nodes == nil {
 		o.Nodes = []harvest.NodeReport{}
 	}
@@ -297,6 +308,7 @@ func HarvestReport(f Front, s *harvest.Summary) []string {
 		}
 		lines = append(lines, fmt.Sprintf("the layer %s in the set's view (the newest layer wins): %s", what, bundle.Printable(strings.Join(s.Replaced, ", "))))
 	}
+	lines = append(lines, mergeReport(f, s)...)
 	lines = append(lines, pruneReport(f, s)...)
 	switch {
 	case s.UseRecord != "" && s.UsesRecorded > 0:
@@ -305,6 +317,37 @@ func HarvestReport(f Front, s *harvest.Summary) []string {
 		lines = append(lines, fmt.Sprintf("recorded the use of %s of the set, %s", plural(s.UnitsUsed, "cache unit"), s.UseRecord))
 	case s.UsesRecorded > 0:
 		lines = append(lines, fmt.Sprintf("the use of the %s the job read was recorded within a day already: no use record written", plural(s.UsesRecorded, "cache unit")))
+	}
+	return lines
+}
+
+// mergeReport says how the nodes' copies of each whole-file database
+// were merged (harvest.DBMerge), loudly where records were lost.
+func mergeReport(f Front, s *harvest.Summary) []string {
+	var lines []string
+	for _, d := range s.Merged {
+		name := bundle.Printable(d.Name)
+		from := bundle.Printable(strings.Join(d.From, ", "))
+		switch {
+		case s.DryRun || s.Layer == "":
+			lines = append(lines, fmt.Sprintf("would merge %s of %s, record by record: %s", plural(len(d.From), "copy"), name, from))
+			continue
+		case d.Fallback != "":
+			fix := ""
+			if strings.HasPrefix(d.Fallback, harvest.NoPython) && f == CLI {
+				fix = " (pass --python PATH, a Python with sqlite3, or set KBUNDLE_PYTHON)"
+			}
+			lines = append(lines, fmt.Sprintf("warning: %s: %s; the layer holds the copy of %s only, and the records only the other nodes added are lost%s", name, bundle.Printable(d.Fallback), bundle.Printable(d.FallbackFrom), fix))
+		default:
+			conflicts := ""
+			if d.Conflicts > 0 {
+				conflicts = fmt.Sprintf(", %s on a key a lower rank's copy holds with other values (the lower rank's kept)", plural(int(d.Conflicts), "record"))
+			}
+			lines = append(lines, fmt.Sprintf("merged %s of %s, record by record (%s): %s, %d added to the lowest rank's%s", plural(len(d.From)-len(d.LeftOut), "copy"), name, from, plural(int(d.Records), "record"), d.Added, conflicts))
+		}
+		for _, l := range d.LeftOut {
+			lines = append(lines, fmt.Sprintf("warning: %s: left out the copy of %s", name, bundle.Printable(l)))
+		}
 	}
 	return lines
 }

@@ -153,3 +153,42 @@ func TestHarvestFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestHarvestReportMerged: a merged database is said after what was
+// written, loudly where a copy was left out or records were lost.
+func TestHarvestReportMerged(t *testing.T) {
+	db := "miopen/cache/gfx942_304.ukdb"
+	from := []string{"kbn0 (rank 0)", "kbn1 (rank 1)"}
+	for _, c := range []struct {
+		d    harvest.DBMerge
+		dry  bool
+		want []string
+	}{
+		{harvest.DBMerge{Name: db, From: from, Records: 4, Added: 2}, false,
+			[]string{"merged 2 copies of " + db + ", record by record (kbn0 (rank 0), kbn1 (rank 1)): 4 records, 2 added to the lowest rank's"}},
+		{harvest.DBMerge{Name: db, From: from, Records: 3, Added: 1, Conflicts: 1}, false,
+			[]string{"merged 2 copies of " + db + ", record by record (kbn0 (rank 0), kbn1 (rank 1)): 3 records, 1 added to the lowest rank's, 1 record on a key a lower rank's copy holds with other values (the lower rank's kept)"}},
+		{harvest.DBMerge{Name: db, From: from, Records: 2, LeftOut: []string{"kbn1 (rank 1): not a valid SQLite database (file is not a database)"}}, false,
+			[]string{"merged 1 copy of " + db + ", record by record (kbn0 (rank 0), kbn1 (rank 1)): 2 records, 0 added to the lowest rank's",
+				"warning: " + db + ": left out the copy of kbn1 (rank 1): not a valid SQLite database (file is not a database)"}},
+		{harvest.DBMerge{Name: db, From: from, Fallback: "no Python to merge with (python3 not found)", FallbackFrom: "kbn0 (rank 0)"}, false,
+			[]string{"warning: " + db + ": no Python to merge with (python3 not found); the layer holds the copy of kbn0 (rank 0) only, and the records only the other nodes added are lost (pass --python PATH, a Python with sqlite3, or set KBUNDLE_PYTHON)"}},
+		{harvest.DBMerge{Name: db, From: from}, true,
+			[]string{"would merge 2 copies of " + db + ", record by record: kbn0 (rank 0), kbn1 (rank 1)"}},
+	} {
+		s := harvest.Summary{Set: "/s/set.kbundle", Layer: "/s/set.kbundle.d/000001-ab.kbundle", Files: 1, Units: 1, Bytes: 1, DryRun: c.dry, Merged: []harvest.DBMerge{c.d}}
+		got := HarvestReport(CLI, &s)
+		if len(got) < len(c.want) || !reflect.DeepEqual(got[len(got)-len(c.want):], c.want) {
+			t.Errorf("%q, want it to end with %q", got, c.want)
+		}
+		var warned []string
+		for _, l := range c.want {
+			if strings.HasPrefix(l, "warning: ") {
+				warned = append(warned, l)
+			}
+		}
+		if o := Harvested(CLI, &s); len(o.Warnings) != len(warned) || (len(warned) > 0 && !reflect.DeepEqual(o.Warnings, warned)) {
+			t.Errorf("Harvested's warnings %q, want %q", o.Warnings, warned)
+		}
+	}
+}
