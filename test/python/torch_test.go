@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -72,4 +73,166 @@ func TestDetectUnderTorchrun(t *testing.T) {
 			t.Errorf("n=%d: ranks %v", n, ranks)
 		}
 	}
+}
+
+// torchSite makes a PYTHONPATH for the torch tests: the kbundle package
+// of python/ with libkbundle built without MPI (lib/libkbundle-nompi.so,
+// no libmpi linked), ahead of a folder whose mpi4py fails to import, so
+// that nothing of MPI can be used.
+func torchSite(t *testing.T) string {
+	t.Helper()
+	root := testutil.RepoRoot()
+	dir := t.TempDir()
+	site := filepath.Join(dir, "site")
+	if err := os.MkdirAll(site, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "python", "kbundle"), site).CombinedOutput(); err != nil {
+		t.Fatalf("copy python/kbundle: %v\n%s", err, out)
+	}
+	pkg := filepath.Join(site, "kbundle")
+	libs, _ := filepath.Glob(filepath.Join(pkg, "lib", "libkbundle-*"))
+	for _, l := range libs {
+		os.Remove(l)
+	}
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(pkg, "lib", "libkbundle-nompi.so"), "./cmd/libkbundle")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build libkbundle without MPI: %v\n%s", err, b)
+	}
+	if err := os.WriteFile(filepath.Join(pkg, "_version.py"), []byte("__version__ = \"test\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	block := filepath.Join(dir, "block", "mpi4py")
+	if err := os.MkdirAll(block, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(block, "__init__.py"), []byte("raise ImportError('mpi4py is blocked in this test')\n"), 0o644)
+	return filepath.Join(dir, "block") + ":" + site
+}
+
+type torchResult struct {
+	Rank      int
+	OK        bool
+	Leader    bool
+	Nodes     int
+	Ranks     int
+	Dest      string
+	Error     string
+	Message   string
+	Layer     string
+	Files     int
+	LibMPI    bool `json:"libmpi"`
+	MPI4py    bool `json:"mpi4py"`
+	Harvested bool `json:"harvested"`
+}
+
+// torchJob runs torch_prog.py under torchrun --nproc-per-node n and
+// returns each rank's result, by rank.
+func torchJob(t *testing.T, tr, pythonpath string, n int, env []string, args ...string) []torchResult {
+	t.Helper()
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_prog.py")
+	argv := append([]string{tr, "--standalone", "--nnodes", "1", "--nproc-per-node", fmt.Sprint(n), prog}, args...)
+	stdout, stderr, code := testutil.Run(t, append([]string{"PYTHONPATH=" + pythonpath}, env...), argv...)
+	res := make([]torchResult, n)
+	seen := 0
+	for _, line := range strings.Split(stdout, "\n") {
+		js, ok := strings.CutPrefix(line, "RESULT ")
+		if !ok {
+			continue
+		}
+		var r torchResult
+		if err := json.Unmarshal([]byte(js), &r); err != nil || r.Rank < 0 || r.Rank >= n {
+			t.Fatalf("%q: %v\nstdout:\n%s", line, err, stdout)
+		}
+		res[r.Rank] = r
+		seen++
+	}
+	if seen != n || code != 0 {
+		t.Fatalf("torchrun %v: exit %d, %d results of %d\nstdout:\n%s\nstderr:\n%s", args, code, seen, n, stdout, stderr)
+	}
+	for _, r := range res {
+		if r.LibMPI || r.MPI4py {
+			t.Errorf("rank %d: libmpi loaded %v, mpi4py imported %v", r.Rank, r.LibMPI, r.MPI4py)
+		}
+	}
+	return res
+}
+
+// TestTorchLoad: load_bundle(torch.distributed.group.WORLD) under the
+// real torchrun, gloo, 2 and 4 workers (KBUNDLE_TEST_RANKS_PER_NODE=2
+// makes 4 workers two nodes), with mpi4py not importable and no libmpi
+// loaded: every node's DEST holds the bundle, one leader a node, every
+// rank the same outcome. A damaged bundle: every rank raises the same
+// error, nothing installed; a node's DEST taken: every rank raises,
+// naming it, and no node keeps a copy.
+func TestTorchLoad(t *testing.T) {
+	tr := torchrun(t)
+	pp := torchSite(t)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	src := filepath.Join(t.TempDir(), "cache")
+	for _, f := range []string{"numba/a.nbi", "numba/a.1.nbc", "triton/k1/kernel.json", "top.txt"} {
+		os.MkdirAll(filepath.Join(src, filepath.Dir(f)), 0o755)
+		os.WriteFile(filepath.Join(src, f), []byte(strings.Repeat(f, 5000)), 0o644)
+	}
+	store := t.TempDir()
+	file := filepath.Join(store, "cache.kbundle")
+	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
+		t.Fatalf("pack: %s", stderr)
+	}
+	for _, n := range []int{2, 4} {
+		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) {
+			dest := filepath.Join(t.TempDir(), "dest")
+			res := torchJob(t, tr, pp, n, []string{"KBUNDLE_TEST_RANKS_PER_NODE=2"}, "load", file, dest)
+			leaders := 0
+			for _, r := range res {
+				if !r.OK || r.Nodes != n/2 || r.Ranks != n {
+					t.Errorf("rank %d: %+v", r.Rank, r)
+				}
+				if r.Leader {
+					leaders++
+				}
+			}
+			if leaders != n/2 {
+				t.Errorf("%d leaders, want %d", leaders, n/2)
+			}
+			for k := range n / 2 {
+				d := fmt.Sprintf("%s.node%d", dest, k)
+				if b, err := os.ReadFile(filepath.Join(d, "top.txt")); err != nil || string(b) != strings.Repeat("top.txt", 5000) {
+					t.Errorf("%s: %v", d, err)
+				}
+			}
+		})
+	}
+	t.Run("damaged", func(t *testing.T) {
+		b, _ := os.ReadFile(file)
+		bad := filepath.Join(store, "bad.kbundle")
+		b[len(b)/2] ^= 0xff
+		os.WriteFile(bad, b, 0o644)
+		dest := filepath.Join(t.TempDir(), "dest")
+		res := torchJob(t, tr, pp, 4, []string{"KBUNDLE_TEST_RANKS_PER_NODE=2"}, "load", bad, dest)
+		for _, r := range res {
+			if r.OK || r.Error != "BundleUnusableError" || r.Message != res[0].Message {
+				t.Errorf("rank %d: %+v, want rank 0's BundleUnusableError", r.Rank, r)
+			}
+		}
+		if m, _ := filepath.Glob(dest + "*"); len(m) != 0 {
+			t.Errorf("left: %v", m)
+		}
+	})
+	t.Run("dest-taken", func(t *testing.T) {
+		dest := filepath.Join(t.TempDir(), "dest")
+		os.MkdirAll(dest+".node1", 0o755)
+		os.WriteFile(filepath.Join(dest+".node1", "results"), []byte("mine"), 0o644)
+		res := torchJob(t, tr, pp, 4, []string{"KBUNDLE_TEST_RANKS_PER_NODE=2"}, "load", file, dest)
+		for _, r := range res {
+			if r.OK || r.Error != "LoadFailedError" || !strings.Contains(r.Message, "dest.node1") {
+				t.Errorf("rank %d: %+v, want LoadFailedError naming dest.node1", r.Rank, r)
+			}
+		}
+		if _, err := os.Stat(dest + ".node0"); err == nil {
+			t.Errorf("node 0 kept a copy")
+		}
+	})
 }
