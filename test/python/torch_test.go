@@ -236,3 +236,80 @@ func TestTorchLoad(t *testing.T) {
 		}
 	})
 }
+
+// TestTorchHarvest: harvest(torch.distributed.group.WORLD) after
+// load_bundle, 4 workers as 2 nodes: each node's leader compiled a file
+// of its own; one layer holds both, and the next job's load has them.
+func TestTorchHarvest(t *testing.T) {
+	tr := torchrun(t)
+	pp := torchSite(t)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	src := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(filepath.Join(src, "numba"), 0o755)
+	os.WriteFile(filepath.Join(src, "numba", "a.nbi"), []byte("index"), 0o644)
+	file := filepath.Join(t.TempDir(), "cache.kbundle")
+	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
+		t.Fatalf("pack: %s", stderr)
+	}
+	env := []string{"KBUNDLE_TEST_RANKS_PER_NODE=2"}
+	dest := filepath.Join(t.TempDir(), "dest")
+	res := torchJob(t, tr, pp, 4, env, "harvest", file, dest, "new.nbi")
+	for _, r := range res {
+		if !r.OK || !r.Harvested || r.Layer == "" || r.Layer != res[0].Layer {
+			t.Errorf("rank %d: %+v", r.Rank, r)
+		}
+	}
+	again := filepath.Join(t.TempDir(), "again")
+	torchJob(t, tr, pp, 4, env, "load", file, again)
+	for k := range 2 {
+		b, err := os.ReadFile(filepath.Join(fmt.Sprintf("%s.node%d", again, k), "numba", "new.nbi"))
+		if err != nil || !strings.HasPrefix(string(b), "compiled on "+dest+".node") {
+			t.Errorf("node %d: the harvested file: %q, %v", k, b, err)
+		}
+	}
+}
+
+// TestTorchNodes: without the test's fake nodes, the node is the host:
+// 2 workers of one torchrun are one node with one leader (LOCAL_RANK 0);
+// two torchrun agents on one host (GROUP_RANK 0 and 1, each with its own
+// LOCAL_RANK 0) contradict the host name, and every rank refuses.
+func TestTorchNodes(t *testing.T) {
+	tr := torchrun(t)
+	pp := torchSite(t)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	src := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(src, 0o755)
+	os.WriteFile(filepath.Join(src, "top.txt"), []byte("top"), 0o644)
+	file := filepath.Join(t.TempDir(), "cache.kbundle")
+	if _, stderr, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
+		t.Fatalf("pack: %s", stderr)
+	}
+	dest := filepath.Join(t.TempDir(), "dest")
+	res := torchJob(t, tr, pp, 2, nil, "load", file, dest)
+	for _, r := range res {
+		if !r.OK || r.Nodes != 1 || r.Leader != (r.Rank == 0) || r.Dest != dest {
+			t.Errorf("rank %d: %+v", r.Rank, r)
+		}
+	}
+
+	// Two agents, 2 workers each, on this one host.
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_prog.py")
+	port := fmt.Sprint(29700 + os.Getpid()%200)
+	var outs [2]string
+	done := make(chan int, 2)
+	for a := range 2 {
+		go func() {
+			so, _, _ := testutil.Run(t, []string{"PYTHONPATH=" + pp}, tr, "--nnodes", "2", "--nproc-per-node", "2",
+				"--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:"+port, "--rdzv-id", "kbtest", prog, "load", file, dest+"2")
+			outs[a] = so
+			done <- a
+		}()
+	}
+	<-done
+	<-done
+	all := outs[0] + outs[1]
+	if n := strings.Count(all, `"error": "LoadFailedError"`) + strings.Count(all, `"error": "KbundleMPIError"`); n != 4 ||
+		strings.Count(all, "both have local rank") != 4 {
+		t.Errorf("want every rank to refuse two agents on one host:\n%s", all)
+	}
+}
