@@ -63,8 +63,8 @@ func fix(r Result, a ABI) string {
 	switch {
 	case r.Launcher == launcher.TorchElastic || r.Launcher == launcher.TorchEnv:
 		return "torch's launchers start no MPI job; load from Python over the process group " +
-			"(kbundle.load_bundle(torch.distributed.group.WORLD)), or from an MPI launcher before it " +
-			"(docs/slurm.md, \"srun torchrun jobs\")"
+			"(kbundle.load_bundle(torch.distributed.group.WORLD)), or before torchrun from one task a node: " +
+			"kbundle load over MPI, or kbundle load --per-node (docs/slurm.md, \"srun torchrun jobs\")"
 	case a == ABINone:
 		return "use the MPI build for this launcher: kbundle-openmpi under Open MPI, kbundle-mpich under MPICH or Intel MPI"
 	case a == ABIOpenMPI && r.Launcher == launcher.Slurm:

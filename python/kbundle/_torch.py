@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from . import _lib
@@ -53,7 +54,7 @@ def is_group(comm: Any) -> bool:
 
 def rank(comm: Any) -> int:
     """This process's rank in the group comm."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
     r: int = dist.get_rank(comm)
     return r
@@ -69,7 +70,7 @@ def library() -> ctypes.CDLL:
             return _lib_nompi
         override = os.environ.get("KBUNDLE_LIBRARY")
         want = os.path.abspath(override) if override else str(_lib.LIB_DIR / "libkbundle-nompi.so")
-        path, fd = _lib.open_trusted(_lib.Path(want))
+        path, fd = _lib.open_trusted(Path(want))
         try:
             lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
         except OSError as e:
@@ -97,7 +98,7 @@ def gloo_group(comm: Any) -> Any:
     """comm itself when its backend moves CPU tensors with gloo, else a
     gloo group of its ranks, made once (collective over comm's ranks the
     first time)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
     backend = str(dist.get_backend(comm)).lower()
     if backend == "gloo" or "cpu:gloo" in backend:
@@ -112,8 +113,8 @@ def gloo_group(comm: Any) -> Any:
 def call(function: str, name: str, comm: Any, req: Dict[str, Any]) -> Dict[str, Any]:
     """Calls libkbundle's function over the group comm (collective: every
     rank of comm calls it) and returns its JSON answer."""
-    import torch
-    import torch.distributed as dist
+    import torch  # type: ignore[import-not-found,unused-ignore]
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
     if not dist.is_initialized():
         raise KbundleUsageError("usage", f"{name}: torch.distributed is not initialised: call init_process_group first")
@@ -121,7 +122,7 @@ def call(function: str, name: str, comm: Any, req: Dict[str, Any]) -> Dict[str, 
     peers = dist.get_process_group_ranks(group)
     err = [""]
 
-    def view(ptr: int, n: int) -> "torch.Tensor":
+    def view(ptr: int, n: int) -> Any:
         return torch.frombuffer((ctypes.c_uint8 * n).from_address(ptr), dtype=torch.uint8)
 
     def send(_h: int, ptr: int, n: int, peer: int, tag: int) -> int:
