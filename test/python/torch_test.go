@@ -313,3 +313,64 @@ func TestTorchNodes(t *testing.T) {
 		t.Errorf("want every rank to refuse two agents on one host:\n%s", all)
 	}
 }
+
+// TestTorchInductor is the proof with a real Inductor program (CPU): a
+// warm-up fills an Inductor cache, pack makes the bundle, and under
+// torchrun (2 workers as 2 nodes) load_bundle(group) before the first
+// compiled call makes every worker's FX-graph cache hit with no miss. A
+// job of a new shape misses, harvest(group) writes it back, and the next
+// job of that shape hits on every worker.
+func TestTorchInductor(t *testing.T) {
+	tr := torchrun(t)
+	pp := torchSite(t)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	py := filepath.Join(filepath.Dir(tr), "python")
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_inductor_prog.py")
+	cache := filepath.Join(t.TempDir(), "cache")
+	// torchrun sets OMP_NUM_THREADS=1 for its workers, and Inductor's CPU
+	// code keys on the thread count: the warm-up runs with the job's.
+	warm := []string{"TORCHINDUCTOR_CACHE_DIR=" + filepath.Join(cache, "inductor"), "TRITON_CACHE_DIR=" + filepath.Join(cache, "triton"),
+		"OMP_NUM_THREADS=1"}
+	if so, se, code := testutil.Run(t, warm, py, prog, "-", "-", "64", "0"); code != 0 || !strings.Contains(so, `"miss": 1`) {
+		t.Fatalf("warm-up: exit %d\n%s\n%s", code, so, se)
+	}
+	file := filepath.Join(t.TempDir(), "cache.kbundle")
+	if _, se, code := testutil.Run(t, nil, kb, "pack", "--dir", cache, "--preset", "inductor", "-o", file); code != 0 {
+		t.Fatalf("pack: %s", se)
+	}
+	job := func(shape, harvest string) []map[string]any {
+		t.Helper()
+		dest := filepath.Join(t.TempDir(), "dest")
+		argv := []string{tr, "--standalone", "--nnodes", "1", "--nproc-per-node", "2", prog, file, dest, shape, harvest}
+		so, se, code := testutil.Run(t, []string{"PYTHONPATH=" + pp, "KBUNDLE_TEST_RANKS_PER_NODE=1"}, argv...)
+		var res []map[string]any
+		for _, line := range strings.Split(so, "\n") {
+			if js, ok := strings.CutPrefix(line, "RESULT "); ok {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(js), &m); err != nil {
+					t.Fatal(err)
+				}
+				res = append(res, m)
+			}
+		}
+		if code != 0 || len(res) != 2 {
+			t.Fatalf("shape %s: exit %d\n%s\n%s", shape, code, so, se)
+		}
+		return res
+	}
+	for _, r := range job("64", "0") {
+		if r["ok"] != true || r["hit"].(float64) < 1 || r["miss"].(float64) != 0 || r["nodes"].(float64) != 2 {
+			t.Errorf("loaded shape 64: %v", r)
+		}
+	}
+	for _, r := range job("200", "1") {
+		if r["miss"].(float64) != 1 || r["harvested"] != true || r["layer"] == "" {
+			t.Errorf("new shape 200, harvested: %v", r)
+		}
+	}
+	for _, r := range job("200", "0") {
+		if r["hit"].(float64) < 1 || r["miss"].(float64) != 0 {
+			t.Errorf("harvested shape 200: %v", r)
+		}
+	}
+}
