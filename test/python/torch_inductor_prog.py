@@ -8,12 +8,13 @@ BUNDLE ("-") it only compiles (the warm-up)."""
 import json
 import os
 import sys
+from typing import Any, Dict
 
 import torch  # type: ignore[import-not-found,unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
 
 bundle, dest, shape, harvest = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-out = {"rank": 0}
+out: Dict[str, Any] = {"rank": 0}
 if bundle != "-":
     dist.init_process_group("gloo")
     import kbundle
