@@ -35,9 +35,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"unsafe"
 
 	"github.com/kbundle/kbundle/broadcast"
+	"github.com/kbundle/kbundle/bundle"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 )
@@ -90,6 +93,27 @@ func exitJob(msg string) {
 	os.Exit(exitError)
 }
 
+// onTerm removes what the call has written so far (bundle.RemoveTemps)
+// when SIGTERM comes during it, then ends the process with SIGTERM as it
+// would have: torchrun's agent ends the other workers that way when one
+// fails, and the node must not keep a half-extracted staging tree. The
+// handler is the call's only; stop restores the caller's.
+func onTerm() (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ch:
+			bundle.RemoveTemps()
+			signal.Reset(syscall.SIGTERM)
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		case <-done:
+		}
+	}()
+	return func() { signal.Stop(ch); close(done) }
+}
+
 //export kbundle_load_transport
 func kbundle_load_transport(t *C.kbundle_transport, request *C.char) *C.char {
 	return C.CString(string(loadTransport(context.Background(), t, []byte(C.GoString(request)))))
@@ -112,6 +136,7 @@ func loadTransport(ctx context.Context, t *C.kbundle_transport, req []byte) []by
 	opts, local := loadcmd.Resolve(r, loadcmd.Python, rank)
 	host, _ := os.Hostname()
 	defer loadcmd.Guard(loadcmd.Python, opts.Timeout, rank, host, exitJob)()
+	defer onTerm()()
 	return encode(loadcmd.Load(ctx, world(t, r.Environ), loadcmd.Python, opts, local, true, false))
 }
 
@@ -125,5 +150,6 @@ func harvestTransport(ctx context.Context, t *C.kbundle_transport, req []byte) [
 	opts, local := loadcmd.ResolveHarvest(r, loadcmd.Python, rank)
 	host, _ := os.Hostname()
 	defer loadcmd.HarvestGuard(loadcmd.Python, opts.Timeout, rank, host, exitJob)()
+	defer onTerm()()
 	return encode(loadcmd.Harvest(ctx, world(t, r.Environ), loadcmd.Python, opts, local, true))
 }

@@ -17,6 +17,19 @@ import kbundle  # noqa: E402
 
 mode, bundle, dest = sys.argv[1:4]
 out = {"rank": dist.get_rank()}
+# TORCH_PROG_KILL=RANK:SECONDS: that rank kills itself (SIGKILL) so long
+# after the start, in the middle of the load (the test's own variable).
+kill = os.environ.get("TORCH_PROG_KILL", "")
+if kill and int(kill.split(":")[0]) == dist.get_rank():
+    import signal
+    import threading
+    import time
+
+    def die() -> None:
+        time.sleep(float(kill.split(":")[1]))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=die, daemon=True).start()
 try:
     r = kbundle.load_bundle(dist.group.WORLD, bundle=bundle, dest=dest, timeout=60, strict=True)
     out.update(ok=r.ok, leader=r.leader, nodes=r.nodes, ranks=r.ranks, dest=r.dest)

@@ -3,12 +3,14 @@ package pythontest
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
 )
@@ -372,5 +374,42 @@ func TestTorchInductor(t *testing.T) {
 		if r["hit"].(float64) < 1 || r["miss"].(float64) != 0 {
 			t.Errorf("harvested shape 200: %v", r)
 		}
+	}
+}
+
+// TestTorchKilled: a worker killed (SIGKILL) in the middle of
+// load_bundle(group): the job ends at once, well within the timeout
+// (torchrun's agent ends the other workers with SIGTERM, which the load
+// answers by removing what it had written), no node has a DEST, and no
+// staging tree is left beside it.
+func TestTorchKilled(t *testing.T) {
+	tr := torchrun(t)
+	pp := torchSite(t)
+	kb := testutil.Kbundle(t, testutil.NoMPI)
+	src := filepath.Join(t.TempDir(), "cache")
+	os.MkdirAll(src, 0o755)
+	big := make([]byte, 300<<20)
+	rand.New(rand.NewSource(1)).Read(big) // incompressible: the load takes a while
+	os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644)
+	file := filepath.Join(t.TempDir(), "cache.kbundle")
+	if _, se, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
+		t.Fatalf("pack: %s", se)
+	}
+	parent := t.TempDir()
+	dest := filepath.Join(parent, "dest")
+	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_prog.py")
+	start := time.Now()
+	so, se, code := testutil.Run(t, []string{"PYTHONPATH=" + pp, "KBUNDLE_TEST_RANKS_PER_NODE=2", "KBUNDLE_BCAST_CHUNK=65536",
+		"TORCH_PROG_KILL=3:0.3"}, tr, "--standalone", "--nnodes", "1", "--nproc-per-node", "4", prog, "load", file, dest)
+	took := time.Since(start)
+	if code == 0 || strings.Contains(so, `"ok": true`) {
+		t.Fatalf("the job succeeded with a worker killed (exit %d)\n%s\n%s", code, so, se)
+	}
+	if took > 60*time.Second { // the load's timeout is 60 s (torch_prog.py)
+		t.Errorf("the job took %v", took)
+	}
+	left, _ := os.ReadDir(parent)
+	for _, e := range left {
+		t.Errorf("left beside DEST: %s", e.Name())
 	}
 }
