@@ -70,6 +70,7 @@ PYBIN := python/kbundle/bin
 python-lib: deps
 	CC=mpicc.openmpi $(GO) build -buildmode=c-shared -tags mpi $(LDFLAGS) -o $(PYLIB)/libkbundle-openmpi.so ./cmd/libkbundle
 	CC=mpicc.mpich $(GO) build -buildmode=c-shared -tags mpi $(LDFLAGS) -o $(PYLIB)/libkbundle-mpich.so ./cmd/libkbundle
+	CGO_ENABLED=1 $(GO) build -buildmode=c-shared $(LDFLAGS) -o $(PYLIB)/libkbundle-nompi.so ./cmd/libkbundle
 	rm -f $(PYLIB)/libkbundle-*.h
 	printf '# Written by make (scripts/dev/version.sh): not in git.\n__version__ = "%s"\n' '$(VERSION)' > python/kbundle/_version.py
 

@@ -61,6 +61,10 @@ func launchedBy(e env, r Result) string {
 // fix names what to run instead.
 func fix(r Result, a ABI) string {
 	switch {
+	case r.Launcher == launcher.TorchElastic || r.Launcher == launcher.TorchEnv:
+		return "torch's launchers start no MPI job; load from Python over the process group " +
+			"(kbundle.load_bundle(torch.distributed.group.WORLD)), or before torchrun from one task a node: " +
+			"kbundle load over MPI, or kbundle load --per-node (docs/slurm.md, \"srun torchrun jobs\")"
 	case a == ABINone:
 		return "use the MPI build for this launcher: kbundle-openmpi under Open MPI, kbundle-mpich under MPICH or Intel MPI"
 	case a == ABIOpenMPI && r.Launcher == launcher.Slurm:
@@ -99,6 +103,8 @@ func (m mismatchError) Is(target error) bool { return target == ErrMismatch }
 // task, or no launcher, is never a mismatch. The rules (docs/launchers.md,
 // "Build and launcher"), each seen on real runtimes here:
 //   - a build without MPI under a launcher of two or more tasks;
+//   - any build under torchrun or torch's env:// variables: no MPI
+//     launcher started the tasks, so MPI_Init makes singletons;
 //   - an Open MPI build where the launcher gives no PMIx server: Hydra
 //     (MPICH, Intel MPI) or srun without --mpi=pmix (singletons, or an
 //     abort in MPI_Init);
@@ -109,6 +115,9 @@ func Mismatch(lookup func(string) (string, bool), r Result, a ABI) error {
 	e := env(lookup)
 	if !r.MPI || r.Size == 1 {
 		return nil
+	}
+	if r.Launcher == launcher.TorchElastic || r.Launcher == launcher.TorchEnv {
+		return mismatch(e, r, a, "")
 	}
 	switch a {
 	case ABINone:

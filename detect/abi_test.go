@@ -33,6 +33,9 @@ func TestMismatch(t *testing.T) {
 		{"slurm-sbatch-srun-n2/rank1.env", []ABI{ABINone, ABIOpenMPI, ABIMPICH, ABIStandard}, "srun --mpi=none"},
 		{"slurm-srun-pmix-n2-openmpi/rank0.env", []ABI{ABINone, ABIMPICH, ABIStandard}, "srun --mpi=pmix (2 tasks): use srun --mpi=pmi2"},
 		{"slurm-srun-pmi2-n2-mpich/rank0.env", []ABI{ABINone, ABIOpenMPI}, "srun --mpi=pmi2 (2 tasks): use srun --mpi=pmix"},
+		{"torchrun-np1/rank0.env", nil, ""},
+		{"torchrun-np4/rank3.env", all, "runs under PyTorch torchrun (torchelastic) (4 tasks): torch's launchers start no MPI job"},
+		{"torchrun-c10d-2x2/rank1.env", all, "load_bundle(torch.distributed.group.WORLD)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fixture, func(t *testing.T) {

@@ -115,6 +115,11 @@ func present(e env, l launcher.Launcher) bool {
 //     so an MPI launcher's own variables beat stale Slurm ones;
 //   - a Slurm batch script (no step, or a negative/reserved step id) and
 //     a bare allocation (SLURM_JOB_ID alone) are not tasks;
+//   - torch's env:// variables without torchrun's agent (RANK,
+//     WORLD_SIZE, MASTER_ADDR, MASTER_PORT) give way to an enclosing
+//     launcher of the same size: a job script copied them from it
+//     (RANK=$SLURM_PROCID); of another size, they are the inner launcher
+//     (`srun deepspeed --no_ssh`);
 //   - one task is not MPI;
 //   - values are parsed strictly and checked (0 <= rank < size, 0 <=
 //     local rank < local size <= size); a violation is ErrInconsistent.
@@ -122,7 +127,7 @@ func present(e env, l launcher.Launcher) bool {
 // Detect reads launcher variables only; KBUNDLE_MODE is ModeFromEnv's.
 func Detect(lookup func(string) (string, bool)) (Result, error) {
 	e := env(lookup)
-	var batchStep string
+	var batchStep, copied string
 	for i, l := range launcher.Table {
 		if !present(e, l) {
 			continue
@@ -145,9 +150,14 @@ func Detect(lookup func(string) (string, bool)) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		if l.Family == launcher.TorchEnv && sameSizeOuter(e, launcher.Table[i+1:], r.Size) {
+			copied = fmt.Sprintf("; RANK and WORLD_SIZE=%d (torch env://) taken as copied from it", r.Size)
+			continue
+		}
 		if ignored := outerLaunchers(e, launcher.Table[i+1:], l); len(ignored) > 0 {
 			r.Reason += "; ignoring variables of the enclosing " + strings.Join(ignored, ", ")
 		}
+		r.Reason += copied
 		return r, nil
 	}
 	r := Result{Launcher: launcher.None, Rank: 0, Size: 1, LocalRank: 0, LocalSize: 1, Node: Unknown}
@@ -166,6 +176,26 @@ func Detect(lookup func(string) (string, bool)) (Result, error) {
 		r.Reason = "no launcher variables: a plain process"
 	}
 	return r, nil
+}
+
+// sameSizeOuter reports whether a launcher of rest is present, is a task
+// launcher (not a Slurm batch step), and gives a job of size tasks.
+func sameSizeOuter(e env, rest []launcher.Launcher, size int) bool {
+	for _, l := range rest {
+		if !present(e, l) {
+			continue
+		}
+		if l.Family == launcher.Slurm {
+			v, _ := e.get("SLURM_STEP_ID")
+			if id, err := launcher.ParseInt(v); err != nil || !launcher.SlurmStepIsTaskStep(id) {
+				continue
+			}
+		}
+		if r, err := fromLauncher(e, l); err == nil && r.Size == size {
+			return true
+		}
+	}
+	return false
 }
 
 // quote returns v as is when it is short and printable, else Go-quoted,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,6 +144,36 @@ func TestDetectSharedFixtures(t *testing.T) {
 	checkFixtures(t, dir)
 }
 
+// TestDetectTorchrunCaptured checks what expected.tsv has no columns for
+// in the environments captured under the real torchrun: local rank, local
+// size and node (GROUP_RANK; two agents on one machine are two nodes).
+func TestDetectTorchrunCaptured(t *testing.T) {
+	tests := []struct {
+		file                  string
+		rank, size, lr, ls, n int
+	}{
+		{"torchrun-np1/rank0.env", 0, 1, 0, 1, 0},
+		{"torchrun-np4/rank2.env", 2, 4, 2, 4, 0},
+		{"torchrun-np4/rank3.env", 3, 4, 3, 4, 0},
+		{"torchrun-c10d-2x2/rank0.env", 0, 4, 0, 2, 0},
+		{"torchrun-c10d-2x2/rank1.env", 1, 4, 1, 2, 0},
+		{"torchrun-c10d-2x2/rank2.env", 2, 4, 0, 2, 1},
+		{"torchrun-c10d-2x2/rank3.env", 3, 4, 1, 2, 1},
+	}
+	for _, tt := range tests {
+		r, err := Detect(mapLookup(readEnv(t, filepath.Join("testdata", "launchers", tt.file))))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.file, err)
+		}
+		got := []int{r.Rank, r.Size, r.LocalRank, r.LocalSize, r.Node}
+		want := []int{tt.rank, tt.size, tt.lr, tt.ls, tt.n}
+		if r.Launcher != launcher.TorchElastic || !slices.Equal(got, want) {
+			t.Errorf("%s: %s rank, size, local rank, local size, node = %v, want torchelastic %v (%s)",
+				tt.file, r.Launcher, got, want, r.Reason)
+		}
+	}
+}
+
 func TestDetectRules(t *testing.T) {
 	ompi := func(rank, size string, extra ...string) []string {
 		return append([]string{"OMPI_COMM_WORLD_RANK=" + rank, "OMPI_COMM_WORLD_SIZE=" + size}, extra...)
@@ -197,6 +228,14 @@ func TestDetectRules(t *testing.T) {
 		{name: "slurm node outside list", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0", "SLURM_NODEID=2", "SLURM_STEP_TASKS_PER_NODE=2(x2)"}, err: ErrInconsistent, errVar: "SLURM_STEP_TASKS_PER_NODE"},
 		{name: "slurm tasks per node garbage", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=4", "SLURM_PROCID=0", "SLURM_NODEID=0", "SLURM_STEP_TASKS_PER_NODE=2(3)"}, err: ErrInconsistent, errVar: "SLURM_STEP_TASKS_PER_NODE"},
 		{name: "slurm local id not below tasks on node", env: []string{"SLURM_STEP_ID=0", "SLURM_STEP_NUM_TASKS=3", "SLURM_PROCID=2", "SLURM_NODEID=1", "SLURM_LOCALID=1", "SLURM_STEP_TASKS_PER_NODE=2,1"}, err: ErrInconsistent, errVar: "SLURM_LOCALID"},
+		{name: "torchrun local rank not below local world size", env: []string{"TORCHELASTIC_RUN_ID=x", "RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2"}, err: ErrInconsistent, errVar: "LOCAL_RANK"},
+		{name: "torchrun rank garbage", env: []string{"TORCHELASTIC_RUN_ID=x", "RANK=one", "WORLD_SIZE=4"}, err: ErrInconsistent, errVar: "RANK"},
+		{name: "torchrun rank not below world size", env: []string{"TORCHELASTIC_RUN_ID=x", "RANK=4", "WORLD_SIZE=4"}, err: ErrInconsistent, errVar: "RANK"},
+		{name: "torchrun without RANK is not a worker", env: []string{"TORCHELASTIC_RUN_ID=x"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "RANK alone is not a launcher", env: []string{"RANK=3", "WORLD_SIZE=4"}, launcher: launcher.None, size: 1, mode: ModeWrite},
+		{name: "env rendezvous", env: []string{"RANK=3", "WORLD_SIZE=4", "MASTER_ADDR=h", "MASTER_PORT=1"}, launcher: launcher.TorchEnv, mpi: true, rank: 3, size: 4, mode: ModeBundle},
+		{name: "env rendezvous one task", env: []string{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=h", "MASTER_PORT=1"}, launcher: launcher.TorchEnv, size: 1, mode: ModeWrite},
+		{name: "env rendezvous bad local size", env: []string{"RANK=3", "WORLD_SIZE=4", "MASTER_ADDR=h", "MASTER_PORT=1", "LOCAL_SIZE=0"}, err: ErrInconsistent, errVar: "LOCAL_SIZE"},
 		{name: "cray_shasta rank mismatch", env: append([]string{"PALS_RANKID=0", "PALS_APID=9.0"}, step...), err: ErrInconsistent, errVar: "PALS_RANKID"},
 		{name: "flux size zero", env: []string{"FLUX_TASK_RANK=0", "FLUX_JOB_SIZE=0"}, err: ErrInconsistent, errVar: "FLUX_JOB_SIZE"},
 	}
@@ -327,13 +366,13 @@ func TestCheckComm(t *testing.T) {
 // TestFamiliesMatchTable keeps the re-exported constants and the table
 // in step: every family but None has exactly one entry.
 func TestFamiliesMatchTable(t *testing.T) {
-	for _, f := range []launcher.Family{launcher.OpenMPI, launcher.MPICH, launcher.IntelMPI, launcher.MVAPICH2, launcher.PALS, launcher.ALPS, launcher.Slurm, launcher.Flux} {
+	for _, f := range []launcher.Family{launcher.OpenMPI, launcher.MPICH, launcher.IntelMPI, launcher.MVAPICH2, launcher.PALS, launcher.ALPS, launcher.Slurm, launcher.Flux, launcher.TorchElastic, launcher.TorchEnv} {
 		if _, ok := launcher.Lookup(f); !ok {
 			t.Errorf("family %s has no launcher.Table entry", f)
 		}
 	}
-	if len(launcher.Table) != 8 {
-		t.Errorf("launcher.Table has %d entries, want 8", len(launcher.Table))
+	if len(launcher.Table) != 10 {
+		t.Errorf("launcher.Table has %d entries, want 10", len(launcher.Table))
 	}
 }
 

@@ -21,6 +21,13 @@ const (
 	ALPS     Family = "alps"
 	Slurm    Family = "slurm"
 	Flux     Family = "flux"
+
+	// TorchElastic is a torchrun (torch.distributed.run) worker: the
+	// elastic agent's TORCHELASTIC_* variables and its ranks. TorchEnv is
+	// a process started for torch's env:// rendezvous without an agent
+	// (the DeepSpeed launcher, a Kubernetes PyTorchJob pod).
+	TorchElastic Family = "torchelastic"
+	TorchEnv     Family = "torchenv"
 )
 
 // Launcher describes the environment one launcher family gives the
@@ -54,11 +61,49 @@ type Launcher struct {
 // Table lists the launcher families in precedence order: when variables
 // of several are present, the first present entry wins. Launchers that
 // are started inside others come first, because a nested launcher's tasks
-// inherit the outer one's (stale) variables: MPI launchers before Flux
+// inherit the outer one's (stale) variables: torch's launchers first
+// (`srun torchrun`, `mpirun torchrun`; package detect lets TorchEnv give
+// way to an outer launcher of the same size, whose ranks RANK and
+// WORLD_SIZE were copied from), MPI launchers before Flux
 // (flux run inside `srun flux start`), Flux before Slurm, Slurm before
 // PALS for `srun --mpi=cray_shasta` (package detect decides which of
 // Slurm, Flux or PALS owns PALS variables).
 var Table = []Launcher{
+	{
+		Family:    TorchElastic,
+		Name:      "PyTorch torchrun (torchelastic)",
+		Markers:   []string{"TORCHELASTIC_RUN_ID"},
+		Require:   []string{"RANK", "WORLD_SIZE"},
+		Rank:      []string{"RANK"},
+		Size:      []string{"WORLD_SIZE"},
+		LocalRank: []string{"LOCAL_RANK"},
+		LocalSize: []string{"LOCAL_WORLD_SIZE"},
+		Node:      []string{"GROUP_RANK"},
+		Scrub: []string{
+			"TORCHELASTIC_*", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME",
+			"ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+		},
+		Source: "pytorch/pytorch torch/distributed/elastic/agent/server/local_elastic_agent.py " +
+			"(worker env: RANK, LOCAL_RANK, GROUP_RANK, ROLE_RANK, LOCAL_WORLD_SIZE, WORLD_SIZE, " +
+			"GROUP_WORLD_SIZE, TORCHELASTIC_RUN_ID, …); docs.pytorch.org elastic/run; " +
+			"captured: fixtures torchrun-np1, torchrun-np4, torchrun-c10d-2x2 (torch 2.15.0)",
+	},
+	{
+		Family:    TorchEnv,
+		Name:      "PyTorch env:// launcher (DeepSpeed, PyTorchJob)",
+		Markers:   []string{"RANK"},
+		Require:   []string{"WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"},
+		Rank:      []string{"RANK"},
+		Size:      []string{"WORLD_SIZE"},
+		LocalRank: []string{"LOCAL_RANK"},
+		LocalSize: []string{"LOCAL_WORLD_SIZE", "LOCAL_SIZE"},
+		Node:      []string{"GROUP_RANK", "CROSS_RANK"},
+		Scrub:     []string{"CROSS_SIZE"},
+		Source: "torch.distributed env:// init method (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE); " +
+			"deepspeedai/DeepSpeed deepspeed/launcher/launch.py (RANK, LOCAL_RANK, WORLD_SIZE, " +
+			"LOCAL_SIZE, CROSS_RANK, CROSS_SIZE); kubeflow training-operator PyTorchJob " +
+			"(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK per pod)",
+	},
 	{
 		Family:    OpenMPI,
 		Name:      "Open MPI mpirun",

@@ -20,7 +20,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "harvest",
 		Usage:     "gather what a job compiled into its bundle set, as a new layer (collective, launched like load)",
-		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [PATH | --bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--python PATH] [--json] [--dry-run]",
+		UsageText: "mpirun --map-by ppr:1:node kbundle harvest [PATH | --bundle PATH | --dir DIR] [--to DEST] [--max-size SIZE] [--python PATH] [--json] [--dry-run] [--per-node]",
 		Description: "Each node leader compares its DEST with the install record load wrote there\n" +
 			"(relocation undone, so an unchanged kernel is not \"changed\"). Without --to, DEST\n" +
 			"is load's default for this job; where that does not exist (a bare mpirun gives\n" +
@@ -43,6 +43,9 @@ func init() {
 			"With --max-size, a set whose merged view then passes SIZE is merged without\n" +
 			"its least recently used units, down to 90 % of SIZE (not when some node could\n" +
 			"not tell what the job read); --dry-run says what that would drop.\n\n" +
+			"With --per-node (one task a node: srun --ntasks-per-node=1) each node harvests\n" +
+			"alone, with no collective and no MPI, and writes its own layer; nodes that\n" +
+			"compiled the same unit each publish it, and a later merge folds them.\n\n" +
 			"Exit status, the same on every rank: 0 harvested (or nothing to harvest),\n" +
 			"1 error (nothing was published), 2 usage error or refusal (nothing was published).",
 		Flags: []cli.Flag{
@@ -54,6 +57,7 @@ func init() {
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be harvested and pruned; move and write nothing"},
 			maxSizeFlag,
 			quietFlag,
+			&cli.BoolFlag{Name: "per-node", Usage: "this task harvests its node alone, with no collective and no MPI, as load --per-node: one task a node, each writing its node's layer (a later merge folds them) [$KBUNDLE_PER_NODE]"},
 			&cli.GenericFlag{Name: "timeout", Value: &timeoutValue{loadcmd.DefaultTimeout},
 				Usage: "end the harvest (MPI_Abort) if it has not finished by then, `D`: seconds, or with a unit (30s, 10m) [$KBUNDLE_TIMEOUT]"},
 		},
@@ -86,6 +90,10 @@ func harvestAction(c *cli.Context) (err error) {
 		s := timeout(c).Seconds()
 		r.Timeout = &s
 	}
+	if c.IsSet("per-node") {
+		v := c.Bool("per-node")
+		r.PerNode = &v
+	}
 	if _, err := testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), 0); err != nil {
 		return l.fail(err.Error(), exitUsage)
 	}
@@ -93,11 +101,22 @@ func harvestAction(c *cli.Context) (err error) {
 	if err != nil {
 		return l.harvestFailure(loadcmd.HarvestFailure(loadcmd.CLI, err))
 	}
-	if err := l.mismatch(det, 0); err != nil {
+	var world broadcast.NodeComm = broadcast.Self()
+	usingMPI := mpi.Enabled && (det.MPI || derr != nil) && !opts.PerNode()
+	if opts.PerNode() {
+		l.setSpeaker(true) // each node's line and failure are its own
+		host, _ := os.Hostname()
+		if det.LocalSize > 1 {
+			return l.harvestFailure(loadcmd.HarvestFailure(loadcmd.CLI, loadcmd.PerNodeTasks(det, host)))
+		}
+		stop := loadcmd.GuardFor("harvest", "the file system may hang", opts.Timeout, max(det.Rank, 0), host, func(msg string) {
+			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", msg)
+			os.Exit(exitError)
+		})
+		defer stop()
+	} else if err := l.mismatch(det, 0); err != nil {
 		return err
 	}
-	var world broadcast.NodeComm = broadcast.Self()
-	usingMPI := mpi.Enabled && (det.MPI || derr != nil)
 	if usingMPI {
 		// As load joins MPI: the same refusal and guard.
 		w, done, jerr := l.joinMPI(det, "harvest", opts.Timeout)
@@ -106,7 +125,7 @@ func harvestAction(c *cli.Context) (err error) {
 		}
 		defer done(&err) // err: harvestAction's result
 		world = broadcast.FromMPI(w)
-	} else if det.MPI && det.Size > 1 {
+	} else if det.MPI && det.Size > 1 && !opts.PerNode() {
 		return l.fail("this kbundle was built without MPI: harvest needs one (build with `CC=mpicc go build -tags mpi ./cmd/kbundle`)", exitUsage)
 	}
 	fp, _ := testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), world.Rank())

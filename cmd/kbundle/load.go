@@ -22,7 +22,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "load",
 		Usage:     "load a bundle into node-local storage on every node of an MPI job",
-		UsageText: "mpirun -np N kbundle load [FILE | --bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [-q]",
+		UsageText: "mpirun -np N kbundle load [FILE | --bundle FILE | --dir DIR] [--to DEST] [--json] [--force] [--parents] [--allow-missing] [--preset NAME]... [--replace-presets] [--print-env] [--jobs N] [--timeout D] [--gpu-arch ARCH] [--python PATH] [--per-node] [-q]",
 		Description: "Rank 0 reads the bundle once (FILE, the argument or --bundle's, else DIR/cache.kbundle,\n" +
 			"else $KBUNDLE_BUNDLE, else $KBUNDLE_CACHE_DIR/cache.kbundle), checks it and broadcasts it;\n" +
 			"one rank per node extracts it\n" +
@@ -43,7 +43,9 @@ func init() {
 			"A build that cannot join the launcher's MPI job (built for another MPI, or\n" +
 			"without MPI, or the wrong srun --mpi=) exits 2 unless --per-task is given.\n" +
 			"A failure on any node installs nothing on every node; the message names the\n" +
-			"failing hosts and their ranks.",
+			"failing hosts and their ranks. --per-node (one task a node) gives that up: each\n" +
+			"node reads, checks and installs the bundle alone, no MPI needed, and exits\n" +
+			"with its own status (srun --kill-on-bad-exit ends the job on a failure).",
 		Flags: append(settingFlags(),
 			&cli.BoolFlag{Name: "json", Usage: "print the summary as a JSON object on stdout (rank 0)"},
 			&cli.BoolFlag{Name: "print-env", Usage: "print only the preset's export lines on stdout"},
@@ -72,7 +74,7 @@ func settingFlags() []cli.Flag {
 			usage += " [$" + s.Env + "]"
 		}
 		switch s.Flag {
-		case "force", "parents", "allow-missing", "replace-presets":
+		case "force", "parents", "allow-missing", "replace-presets", "per-node":
 			fs = append(fs, &cli.BoolFlag{Name: s.Flag, Aliases: aliases, Usage: usage})
 		case "jobs":
 			fs = append(fs, &cli.IntFlag{Name: s.Flag, Aliases: aliases, Usage: usage})
@@ -95,6 +97,10 @@ func request(c *cli.Context) loadcmd.Request {
 	if c.IsSet("allow-missing") {
 		v := c.Bool("allow-missing")
 		r.AllowMissing = &v
+	}
+	if c.IsSet("per-node") {
+		v := c.Bool("per-node")
+		r.PerNode = &v
 	}
 	if c.IsSet("jobs") {
 		n := c.Int("jobs")
@@ -160,6 +166,11 @@ type loader struct {
 	c       *cli.Context
 	rank    int  // this process's rank: MPI's, else the launcher's
 	speaker bool // prints messages (rank 0)
+	// perNode: --per-node, each node's task loads alone; every task
+	// speaks for its node's failure, the launcher's rank 0 alone for a
+	// success.
+	perNode bool
+	host    string
 }
 
 // newLoader is the loader of c's collective command, rank 0 of the
@@ -259,6 +270,9 @@ func loadAction(c *cli.Context) error {
 		l.say("warning: " + derr.Error())
 	}
 
+	if opts.PerNode() {
+		return l.loadPerNode(det, opts)
+	}
 	if err := l.mismatch(det, 0); err != nil {
 		return err
 	}
@@ -280,6 +294,26 @@ func loadAction(c *cli.Context) error {
 			return nil
 		}
 	}
+	return l.run(broadcast.Self(), opts, false, det.MPI)
+}
+
+// loadPerNode is load --per-node: this task reads, checks and installs
+// the bundle on its node alone, over broadcast.Self, whatever the build
+// (MPI is never initialised): no collective, so no agreement between
+// nodes either; each task's exit status is its node's, for the launcher
+// to act on (srun --kill-on-bad-exit).
+func (l *loader) loadPerNode(det detect.Result, opts loadcmd.Options) error {
+	l.perNode = true
+	l.host, _ = os.Hostname()
+	l.setSpeaker(true)
+	if err := opts.PerNodeCheck(det, l.host); err != nil {
+		return l.failure(loadcmd.Failure(loadcmd.CLI, err))
+	}
+	stop := loadcmd.GuardFor("load", "the file system may hang", opts.Timeout, max(det.Rank, 0), l.host, func(msg string) {
+		fmt.Fprintf(l.c.App.ErrWriter, "kbundle: %s\n", msg)
+		os.Exit(exitError)
+	})
+	defer stop()
 	return l.run(broadcast.Self(), opts, false, det.MPI)
 }
 
@@ -338,12 +372,18 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 	o := loadcmd.Load(c.Context, world, loadcmd.CLI, opts, nil, usingMPI, tasks)
 	bar.done()
 	if !o.OK {
+		if l.perNode {
+			o.Reason = "node " + safe(l.host) + ": " + o.Reason
+		}
 		return l.failure(o)
+	}
+	if l.perNode && l.rank > 0 {
+		return nil // the launcher's rank 0 speaks for a success
 	}
 	if !l.speaker {
 		return nil
 	}
-	if w := loadcmd.AllocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" {
+	if w := loadcmd.AllocationWarning(detect.AllocationFrom(os.LookupEnv, os.ReadFile), o.Nodes); w != "" && !l.perNode {
 		o.Warnings = append(o.Warnings, w)
 	}
 	for _, w := range o.Warnings {
@@ -368,6 +408,9 @@ func (l *loader) run(world broadcast.NodeComm, opts loadcmd.Options, usingMPI, t
 		return nil
 	}
 	nodes := plural(o.Nodes, "node", "nodes")
+	if l.perNode {
+		nodes = "this node, " + safe(l.host) + " (--per-node: each node's task loads its own)"
+	}
 	if o.AlreadyNodes == o.Nodes {
 		fmt.Fprintf(c.App.ErrWriter, "kbundle: already installed: same content digest %s at %s on %s, unchanged since; nothing was rewritten\n",
 			o.ContentDigest, safe(o.Dest), nodes)

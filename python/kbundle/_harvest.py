@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from . import _count, _load, _megacache
 from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
-from ._load import PathArg, _lines, call, failure, path, seconds
+from ._load import PathArg, _lines, call, comm_rank, failure, path, seconds
 
 if TYPE_CHECKING:  # mpi4py is imported at call time only
     from mpi4py import MPI
@@ -207,7 +207,7 @@ def harvest(
     gather = getattr(comm, "allgather", None)
     counts = tuple(gather(_count.snapshot())) if gather is not None else ()
     out = call("kbundle_harvest", "harvest", comm, req)
-    rank0 = comm.Get_rank() == 0
+    rank0 = comm_rank(comm) == 0
     if not out.get("ok"):
         kind, reason, hint = failure(out, strict, rank0, HarvestFailedError, stacklevel=3)
         return HarvestResult(ok=False, reason=reason, hint=hint, kind=kind, warnings=tuple(out.get("warnings") or ()))

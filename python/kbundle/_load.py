@@ -16,7 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-from . import _frameworks, _lib, _megacache
+from . import _frameworks, _lib, _megacache, _torch
 from ._errors import (
     BundleUnusableError,
     KbundleError,
@@ -174,7 +174,7 @@ def load_bundle(
     req["parents"] = bool(parents)
     req["replace_presets"] = bool(replace_presets)
     out = call("kbundle_load", "load_bundle", comm, req)
-    rank0 = comm.Get_rank() == 0
+    rank0 = comm_rank(comm) == 0
     if not out.get("ok"):
         return _failure(out, strict, rank0)
     global _last_load, _last_result
@@ -226,10 +226,22 @@ def load_bundle(
     return res
 
 
+def comm_rank(comm: Any) -> int:
+    """This process's rank in comm, an mpi4py communicator or a
+    torch.distributed process group."""
+    if _torch.is_group(comm):
+        return _torch.rank(comm)
+    r: int = comm.Get_rank()
+    return r
+
+
 def call(function: str, name: str, comm: "MPI.Comm", req: Dict[str, Any]) -> Dict[str, Any]:
     """Checks comm, then calls libkbundle's collective entry function
     (kbundle_load, kbundle_harvest) for the package's function name over
-    it with request req, and returns its JSON answer."""
+    it with request req, and returns its JSON answer. A torch.distributed
+    process group goes over the group instead (_torch: no mpi4py)."""
+    if _torch.is_group(comm):
+        return _torch.call(function, name, comm, req)
     from mpi4py import MPI
 
     if not isinstance(comm, MPI.Comm):

@@ -9,7 +9,8 @@
 # LANG, LOGNAME, PATH, and the root/oversubscription settings Open MPI
 # needs here), with LAUNCHER's own folder first on PATH (Intel MPI's
 # mpirun script runs the mpiexec.hydra it finds there); each task writes its whole environment, sorted, to
-# OUTDIR/rank<N>.env, N from the launcher's own rank variable. No MPI
+# OUTDIR/rank<N>.env, N from the launcher's own rank variable (torchrun: RANK;
+# pass --no-python). No MPI
 # program runs: these are the variables a task sees before MPI_Init.
 # ENVDUMP_DIR is the capture harness's own variable.
 set -euo pipefail
@@ -22,4 +23,4 @@ out=$(cd "$out" && pwd)
 exec env -i HOME="$HOME" LANG=C.UTF-8 LOGNAME="${LOGNAME:-$(id -un)}" \
 	PATH="$path" \
 	ENVDUMP_DIR="$out" "$@" /bin/sh -c \
-	'env | LC_ALL=C sort >"$ENVDUMP_DIR/rank${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-x}}}.env"'
+	'env | LC_ALL=C sort >"$ENVDUMP_DIR/rank${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-${RANK:-x}}}}.env"'

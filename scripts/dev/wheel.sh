@@ -9,6 +9,8 @@
 # The wheel holds, in the package folder:
 #   lib/libkbundle-openmpi.so, lib/libkbundle-mpich.so   the c-shared
 #       libraries load_bundle loads, one per MPI ABI (python/kbundle/_lib.py);
+#   lib/libkbundle-nompi.so   the one without MPI, for a torch.distributed
+#       process group (python/kbundle/_torch.py);
 #   bin/kbundle, bin/kbundle-nompi, bin/kbundle-openmpi, bin/kbundle-mpich
 #       the CLI: the front and the builds it picks from (cmd/kbundle-front),
 #       run by `python -m kbundle` and the `kbundle` console script.
@@ -137,6 +139,15 @@ for what in openmpi mpich; do
 	rm -f "$pkg/lib/libkbundle-$what.h"
 	unset CC CGO_ENABLED CGO_CFLAGS CGO_LDFLAGS
 done
+# The library without MPI: cgo for the C interface only, no libmpi.
+export CC=$venv/bin/zigcc CGO_ENABLED=1 CGO_CFLAGS="-O2 -g"
+build -buildmode=c-shared -o "$pkg/lib/libkbundle-nompi.so" ./cmd/libkbundle
+rm -f "$pkg/lib/libkbundle-nompi.h"
+unset CC CGO_ENABLED CGO_CFLAGS
+if readelf -d "$pkg/lib/libkbundle-nompi.so" | grep -q 'NEEDED.*libmpi'; then
+	echo "kbundle: $pkg/lib/libkbundle-nompi.so needs a libmpi" >&2
+	exit 1
+fi
 for f in "$pkg/bin/kbundle-openmpi" "$pkg/lib/libkbundle-openmpi.so"; do
 	readelf -d "$f" | grep -q 'NEEDED.*\[libmpi\.so\.40\]' || { echo "kbundle: $f does not need libmpi.so.40" >&2; exit 1; }
 done

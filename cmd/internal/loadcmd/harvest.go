@@ -46,6 +46,9 @@ type HarvestRequest struct {
 	Environ map[string]string `json:"environ"` // as Request.Environ
 	// Failpoint is harvest.Plan.Failpoint (tests).
 	Failpoint func(step string) `json:"-"`
+	// PerNode: this task harvests its node alone (the CLI's --per-node,
+	// else $KBUNDLE_PER_NODE); nil: not given.
+	PerNode *bool `json:"-"`
 }
 
 // HarvestOptions are a resolved HarvestRequest: everything a harvest
@@ -56,7 +59,12 @@ type HarvestOptions struct {
 	plan    harvest.Plan  // all but Dest
 	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
 	getenv  func(string) string
+	perNode bool
 }
+
+// PerNode reports whether this task harvests its node alone, over
+// broadcast.Self, with no MPI (--per-node, $KBUNDLE_PER_NODE).
+func (o HarvestOptions) PerNode() bool { return o.perNode }
 
 // DecodeHarvest reads kbundle_harvest's JSON request.
 func DecodeHarvest(b []byte) (HarvestRequest, error) {
@@ -86,6 +94,11 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 	}
 	if r.MaxSize < 0 {
 		return o, usagef("%s: want a size of 0 or more", f.given("max-size", r.MaxSize))
+	}
+	if f == CLI { // harvest() works over its communicator
+		if o.perNode, err = resolveBool(r.PerNode, "per-node", f, o.getenv); err != nil {
+			return o, err
+		}
 	}
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
 		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv), Getenv: o.getenv, Local: HarvestMeta(r.Python, o.getenv), Python: r.Python}

@@ -80,6 +80,8 @@ var Settings = []Setting{
 		Usage: "end the load (MPI_Abort) if it has not finished by then: a node or link is down (`D`: seconds, or with a unit: 30s, 10m; 0: none)"},
 	{Flag: "gpu-arch", Env: "KBUNDLE_GPU_ARCH",
 		Usage: "install the entries of GPU architecture `ARCH` (9.0, sm_90, gfx90a) and leave out the others'; all: every architecture; default: each node's GPU's, all where none is seen"},
+	{Flag: "per-node", Env: "KBUNDLE_PER_NODE",
+		Usage: "this task loads its node alone, with no collective and no MPI: run one task a node (srun --ntasks-per-node=1, an init container, pdsh); nodes do not agree, the launcher's exit status does (1 or 0)"},
 	{Flag: "python", Env: "KBUNDLE_PYTHON",
 		Usage: "the job's Python `PATH`, whose package versions are compared with the warm-up's (default: python3 on PATH; load_bundle: its own interpreter)"},
 	{Env: "KBUNDLE_TRUSTED_OWNERS", Usage: "users trusted to have written the bundle and DEST's parents, besides you and root"},
@@ -125,6 +127,9 @@ type Request struct {
 	ReplacePresets bool      `json:"replace_presets"`
 	// Timeout in seconds; nil: not given; 0: none.
 	Timeout *float64 `json:"timeout"`
+	// PerNode: this task loads its node alone (the CLI's --per-node);
+	// nil: not given.
+	PerNode *bool `json:"-"`
 	// GPUArch is the CLI's --gpu-arch ("": not given).
 	GPUArch string `json:"-"`
 	// Python is the interpreter whose versions are compared ("": not
@@ -159,6 +164,41 @@ type Options struct {
 	dest     string    // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
 	python   string    // the interpreter the toolchain probe asks
 	getenv   func(string) string
+	perNode  bool
+}
+
+// PerNode reports whether this task loads its node alone (--per-node,
+// $KBUNDLE_PER_NODE): over broadcast.Self, with no MPI.
+func (o Options) PerNode() bool { return o.perNode }
+
+// PerNodeCheck refuses a load --per-node that cannot work: where the
+// launcher says this node runs more than one task (det: detect's answer),
+// each would install the same DEST; and with neither DEST given nor a
+// scheduler's job id (JobIDVars), each node would name its default DEST
+// after its own process id, which the application's launch cannot find.
+// Its error matches ErrUsage.
+func (o Options) PerNodeCheck(det detect.Result, host string) error {
+	if det.LocalSize > 1 {
+		return PerNodeTasks(det, host)
+	}
+	if o.dest != "" {
+		return nil
+	}
+	for _, k := range JobIDVars {
+		if o.getenv(k) != "" {
+			return nil
+		}
+	}
+	return usagef("--per-node: no DEST given and no scheduler job id (%s) to name the default one alike on every node: "+
+		"pass --to DEST (or set KBUNDLE_LOCAL_DIR), the same DEST the application is given", strings.Join(JobIDVars, ", "))
+}
+
+// PerNodeTasks is the refusal of a --per-node command on a node where
+// the launcher runs more than one task (harvest's, and load's first).
+func PerNodeTasks(det detect.Result, host string) error {
+	return usagef("--per-node runs one task a node, but %s runs %d tasks of this launch (%s, local rank %d): "+
+		"start one a node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node, torchrun --nproc-per-node 1), "+
+		"or run over MPI without --per-node", Safe(host), det.LocalSize, det.Launcher, det.LocalRank)
 }
 
 // Prefetch starts the toolchain probe now, in the background, for a
@@ -201,6 +241,11 @@ func Resolve(r Request, f Front, rank int) (o Options, err error) {
 	p.Force, p.Parents = r.Force, r.Parents
 	if p.AllowMissing, err = resolveBool(r.AllowMissing, "allow-missing", f, o.getenv); err != nil {
 		return o, err
+	}
+	if f == CLI { // load_bundle loads over its communicator
+		if o.perNode, err = resolveBool(r.PerNode, "per-node", f, o.getenv); err != nil {
+			return o, err
+		}
 	}
 	if p.Jobs, err = resolveJobs(r, f, o.getenv); err != nil {
 		return o, err

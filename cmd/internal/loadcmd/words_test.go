@@ -22,6 +22,7 @@ var foreignFlags = []string{
 	"--gpu-architecture",           // presets: nvcc's flag, in DeepGEMM's key
 	"kbundle load --allow-missing", // bundle.MetaCreator: what made an empty set (a record, no message)
 	"kbundle warm --check",         // a preset's note: the warm-up check, the CLI's only
+	"kbundle load --per-node",      // detect: under torchrun, the CLI's route beside load_bundle(group)
 }
 
 // TestLibrariesNameNoFlag (issue 27): no string in a library package
