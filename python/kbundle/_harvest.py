@@ -10,7 +10,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
-from . import _count, _load, _megacache
+from . import _count, _load, _megacache, _torch
 from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
 from ._load import PathArg, _lines, call, comm_rank, failure, path, seconds
 
@@ -190,7 +190,7 @@ def harvest(
             _megacache.save(blobs_to)
         except Exception as e:
             warnings.warn(f"kbundle: cannot save this rank's Mega-Cache blob: {e}", KbundleWarning, stacklevel=2)
-        comm.Barrier()
+        _barrier(comm)
     req: Dict[str, Any] = {
         "bundle": given[0],
         "dest": given[1],
@@ -280,3 +280,14 @@ def result(out: Dict[str, Any]) -> HarvestResult:
         report=tuple(out.get("report") or ()),
         warnings=tuple(out.get("warnings") or ()),
     )
+
+
+def _barrier(comm: Any) -> None:
+    """A barrier over comm: an mpi4py communicator's, or a torch.distributed
+    group's (over its gloo group: a Mega-Cache blob is on the host)."""
+    if _torch.is_group(comm):
+        import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
+
+        dist.barrier(group=_torch.gloo_group(comm))
+    else:
+        comm.Barrier()

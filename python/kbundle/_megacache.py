@@ -34,7 +34,7 @@ def hot_load(dest: str) -> int:
         return 0
     if not names:
         return 0
-    import torch.compiler  # the preset asks for it; imported only then
+    import torch.compiler  # type: ignore[import-not-found,unused-ignore]  # the preset asks for it
 
     for name in names:
         torch.compiler.load_cache_artifacts((folder / name).read_bytes())
@@ -48,7 +48,7 @@ def save(dest: str) -> str:
     imported or its caches gained nothing."""
     if "torch" not in sys.modules:
         return ""
-    import torch.compiler
+    import torch.compiler  # type: ignore[import-not-found,unused-ignore]
 
     got = torch.compiler.save_cache_artifacts()
     if not got or not got[0]:

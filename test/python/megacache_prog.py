@@ -20,17 +20,17 @@ if mode == "first":
 else:
     res = kbundle.load_bundle(comm, bundle=setpath, dest=dest, strict=True)
 
-import torch  # noqa: E402 (after the load, as a job does)
-from torch._dynamo.utils import counters  # noqa: E402
+import torch  # type: ignore[import-not-found,unused-ignore]  # noqa: E402 (after the load, as a job does)
+from torch._dynamo.utils import counters  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 
 
-@torch.compile
-def f(x):
+@torch.compile  # type: ignore[misc,untyped-decorator,unused-ignore]
+def f(x: "torch.Tensor") -> "torch.Tensor":
     return torch.sin(x) * 2 + torch.cos(x)
 
 
-@torch.compile
-def g(x):
+@torch.compile  # type: ignore[misc,untyped-decorator,unused-ignore]
+def g(x: "torch.Tensor") -> "torch.Tensor":
     return (x.relu() @ x.T).sum(dim=0)
 
 
