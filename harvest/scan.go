@@ -21,7 +21,8 @@ import (
 )
 
 // scan compares dest with its install record: the new and changed files,
-// and what it skipped.
+// and what it skipped. Each entry of DEST goes through classify; then the
+// units go whole (wholeUnits).
 func scan(dest string) *list {
 	l := &list{Dest: dest}
 	if abs, err := filepath.Abs(dest); err == nil {
@@ -39,144 +40,170 @@ func scan(dest string) *list {
 	}
 	l.Origin, l.Presets, l.Set = rec.Origin, rec.Presets, rec.Layers[0].Path
 	// Reads since the install, told by access times: taken from each
-	// file's lstat below, before anything reads it (and harvest reads
-	// with O_NOATIME).
+	// file's lstat in classify, before anything reads it (and harvest
+	// reads with O_NOATIME).
 	installed, terr := time.Parse(time.RFC3339Nano, rec.Installed)
 	l.Used, l.Loaded = map[string]int64{}, loadedUnits(rec)
 	if l.UsageUnknown = usageUnknown(dest); l.UsageUnknown == "" && terr != nil {
 		l.UsageUnknown = "its install record has no install time"
 	}
-	want := map[string]*bundle.RecordEntry{}
+	sc := &scanner{l: l, dest: dest, installed: installed, uid: uint32(os.Geteuid()),
+		want: map[string]*bundle.RecordEntry{}, bad: map[string]string{}}
 	for i := range rec.Entries {
-		want[rec.Entries[i].Name] = &rec.Entries[i]
+		sc.want[rec.Entries[i].Name] = &rec.Entries[i]
 	}
-	uid := uint32(os.Geteuid())
-	var same []File // unchanged files: kept with their unit if it changed
-	// A unit goes whole or not at all (X6 of the 2026-12-01b review): a
-	// file of it that cannot be read leaves the unit out, else the unit
-	// rule would drop the set's copy of that file.
-	bad := map[string]string{} // unit → its first unreadable file
-	unreadable := func(name, why string) {
-		l.Skipped = append(l.Skipped, Skip{name, "unreadable: " + why})
-		if u := bundle.CacheUnit(name); u != name && bad[u] == "" {
-			bad[u] = name
-		}
-	}
-	root, err := os.OpenRoot(dest)
-	if err != nil {
+	if sc.root, err = os.OpenRoot(dest); err != nil {
 		l.Err = err.Error()
 		return l
 	}
-	defer root.Close()
-	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if name != "." {
-				unreadable(name, errors.Unwrap(err).Error())
-				return fs.SkipDir
-			}
-			return err
-		}
-		if name == "." || name == bundle.InstalledMarker || name == bundle.HarvestedMarker {
-			return nil // the record itself: what DEST is compared with
-		}
-		if own(name) {
-			l.Skipped = append(l.Skipped, Skip{name, "kbundle's own file"})
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			unreadable(name, err.Error())
-			return nil
-		}
-		st, _ := fi.Sys().(*syscall.Stat_t)
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			l.Skipped = append(l.Skipped, Skip{name, "symlink"})
-			return nil
-		case st != nil && st.Uid != uid:
-			l.Skipped = append(l.Skipped, Skip{name, fmt.Sprintf("owned by uid %d, not you", st.Uid)})
-			if d.IsDir() {
-				return fs.SkipDir
-			}
-			return nil
-		case fi.IsDir():
-			return nil
-		case !fi.Mode().IsRegular():
-			l.Skipped = append(l.Skipped, Skip{name, "special file (" + fi.Mode().Type().String() + ")"})
-			return nil
-		}
-		e := want[name]
-		if e != nil && st != nil && l.UsageUnknown == "" {
-			// An installed file read since (a new one is in the layer).
-			if at := time.Unix(st.Atim.Unix()); at.After(installed) {
-				u := bundle.CacheUnit(name)
-				l.Used[u] = max(l.Used[u], at.UnixNano())
-			}
-		}
-		if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
-			// Unchanged since install (a relocated one too).
-			if dig := cmpOr(e.Packed, e.Dig); bundle.CacheUnit(name) != name {
-				same = append(same, File{Name: name, Size: -1, Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), Dig: dig, Kept: true})
-			}
-			return nil
-		}
-		f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
-		d2, size, err := digestOf(root, name, dest, l.Origin)
-		if err != nil {
-			unreadable(name, err.Error())
-			return nil
-		}
-		f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
-		if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
-			if bundle.CacheUnit(name) != name {
-				f.Kept, f.Rewritten = true, true // written again, with the same bytes
-				same = append(same, f)
-			}
-			return nil // same bytes (after relocation undone)
-		}
-		l.Files = append(l.Files, f)
-		return nil
-	})
-	if err != nil {
+	defer sc.root.Close()
+	if err := fs.WalkDir(sc.root.FS(), ".", sc.classify); err != nil {
 		l.Err = fmt.Sprintf("cannot read %s: %v", dest, err)
 	}
-	// A unit goes whole: its unchanged files join a changed unit.
+	sc.wholeUnits()
+	return l
+}
+
+// A scanner is one scan's state: the list it fills, DEST opened as a root,
+// the install record's entries by name, and what classify keeps for
+// wholeUnits.
+type scanner struct {
+	l         *list
+	dest      string
+	root      *os.Root
+	want      map[string]*bundle.RecordEntry
+	installed time.Time
+	uid       uint32
+	// same are unchanged files: kept with their unit if it changed.
+	same []File
+	// bad maps a unit to its first unreadable file. A unit goes whole or
+	// not at all (X6 of the 2026-12-01b review): a file of it that cannot
+	// be read leaves the unit out, else the unit rule would drop the
+	// set's copy of that file.
+	bad map[string]string
+}
+
+func (sc *scanner) unreadable(name, why string) {
+	sc.l.Skipped = append(sc.l.Skipped, Skip{name, "unreadable: " + why})
+	if u := bundle.CacheUnit(name); u != name && sc.bad[u] == "" {
+		sc.bad[u] = name
+	}
+}
+
+func (sc *scanner) skip(name, why string, d fs.DirEntry) error {
+	sc.l.Skipped = append(sc.l.Skipped, Skip{name, why})
+	if d.IsDir() {
+		return fs.SkipDir
+	}
+	return nil
+}
+
+// classify sorts one entry of DEST (fs.WalkDirFunc): kbundle's own files,
+// symlinks, other owners' and special files are skipped, named; a file
+// the record holds unchanged is kept aside (same), counted as read when
+// its access time is past the install; a new or changed one is listed,
+// with its digest.
+func (sc *scanner) classify(name string, d fs.DirEntry, err error) error {
+	l := sc.l
+	if err != nil {
+		if name != "." {
+			sc.unreadable(name, errors.Unwrap(err).Error())
+			return fs.SkipDir
+		}
+		return err
+	}
+	if name == "." || name == bundle.InstalledMarker || name == bundle.HarvestedMarker {
+		return nil // the record itself: what DEST is compared with
+	}
+	if own(name) {
+		return sc.skip(name, "kbundle's own file", d)
+	}
+	fi, err := d.Info()
+	if err != nil {
+		sc.unreadable(name, err.Error())
+		return nil
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return sc.skip(name, "symlink", d)
+	case st != nil && st.Uid != sc.uid:
+		return sc.skip(name, fmt.Sprintf("owned by uid %d, not you", st.Uid), d)
+	case fi.IsDir():
+		return nil
+	case !fi.Mode().IsRegular():
+		return sc.skip(name, "special file ("+fi.Mode().Type().String()+")", d)
+	}
+	e := sc.want[name]
+	if e != nil && st != nil && l.UsageUnknown == "" {
+		// An installed file read since (a new one is in the layer).
+		if at := time.Unix(st.Atim.Unix()); at.After(sc.installed) {
+			u := bundle.CacheUnit(name)
+			l.Used[u] = max(l.Used[u], at.UnixNano())
+		}
+	}
+	if e != nil && e.Kind == bundle.KindFile && e.Size == fi.Size() && fi.ModTime().Equal(e.ModTime()) {
+		// Unchanged since install (a relocated one too).
+		if dig := cmpOr(e.Packed, e.Dig); bundle.CacheUnit(name) != name {
+			sc.same = append(sc.same, File{Name: name, Size: -1, Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), Dig: dig, Kept: true})
+		}
+		return nil
+	}
+	f := File{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode().Perm()), Mtime: fi.ModTime().UnixNano(), New: e == nil}
+	d2, size, err := digestOf(sc.root, name, sc.dest, l.Origin)
+	if err != nil {
+		sc.unreadable(name, err.Error())
+		return nil
+	}
+	f.Digest, f.Size, f.Dig = d2, size, bundle.FormatDigest(d2)
+	if e != nil && (f.Dig == e.Dig || f.Dig == e.Packed) {
+		if bundle.CacheUnit(name) != name {
+			f.Kept, f.Rewritten = true, true // written again, with the same bytes
+			sc.same = append(sc.same, f)
+		}
+		return nil // same bytes (after relocation undone)
+	}
+	l.Files = append(l.Files, f)
+	return nil
+}
+
+// wholeUnits makes every listed unit whole: its unchanged files join a
+// changed unit, and a unit with an unreadable file is left out whole.
+func (sc *scanner) wholeUnits() {
+	l := sc.l
 	changed := map[string]bool{}
 	for _, f := range l.Files {
 		changed[bundle.CacheUnit(f.Name)] = true
 	}
-	for _, f := range same {
+	for _, f := range sc.same {
 		if !changed[bundle.CacheUnit(f.Name)] {
 			continue
 		}
 		if f.Size < 0 { // not read yet
-			d, size, err := digestOf(root, f.Name, dest, l.Origin)
+			d, size, err := digestOf(sc.root, f.Name, sc.dest, l.Origin)
 			if err != nil {
-				unreadable(f.Name, err.Error())
+				sc.unreadable(f.Name, err.Error())
 				continue
 			}
 			f.Digest, f.Size, f.Dig = d, size, bundle.FormatDigest(d)
 		}
 		l.Files = append(l.Files, f)
 	}
-	if len(bad) > 0 {
-		kept := l.Files[:0]
-		for _, f := range l.Files {
-			if bad[bundle.CacheUnit(f.Name)] == "" {
-				kept = append(kept, f)
-			}
-		}
-		l.Files = kept
-		for _, u := range slices.Sorted(maps.Keys(bad)) {
-			if changed[u] {
-				l.Skipped = append(l.Skipped, Skip{u, "cache unit left out whole: its file " + bad[u] + " is unreadable, and a unit comes whole from one layer"})
-			}
+	if len(sc.bad) == 0 {
+		return
+	}
+	kept := l.Files[:0]
+	for _, f := range l.Files {
+		if sc.bad[bundle.CacheUnit(f.Name)] == "" {
+			kept = append(kept, f)
 		}
 	}
-	return l
+	l.Files = kept
+	for _, u := range slices.Sorted(maps.Keys(sc.bad)) {
+		if changed[u] {
+			l.Skipped = append(l.Skipped, Skip{u, "cache unit left out whole: its file " + sc.bad[u] + " is unreadable, and a unit comes whole from one layer"})
+		}
+	}
 }
 
 // statfs is unix.Statfs; tests replace it to simulate a noatime mount.

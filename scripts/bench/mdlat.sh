@@ -60,6 +60,15 @@ exports=$("${mpirun[@]}" "$kb" load -q --allow-missing --preset numba --bundle "
 "${mpirun[@]}" sh -c "rm -rf $local/warm-numba && $kb extract -q $setpath $local/warm-numba" >/dev/null
 mkdir -p "$pfs_server/calib"
 for i in $(seq 1 1000); do : >"$pfs_server/calib/f$i"; done
+# The calibration: seconds for 1,000 stat(2) of distinct files, i.e. ms
+# per stat (a file: the rsh agent joins its arguments into a shell line).
+cat >"$work/calib.py" <<'EOF'
+import os, sys, time
+t = time.perf_counter()
+for i in range(1, 1001):
+    os.stat(os.path.join(sys.argv[1], "f%d" % i))
+print("%.2f" % (time.perf_counter() - t))
+EOF
 
 cases="nfs local cli inproc"
 misses() { python3 -c 'import json,sys; print(sum(json.loads(l)["misses"] for l in open(sys.argv[1]) if l.startswith("{")))' "$1"; }
@@ -72,7 +81,7 @@ for d in $delays; do
 	proxy_pid=$!
 	pfs_port=2223
 	pfs_remount
-	statms=$("$rsh" kbn1 /usr/bin/python3 -c "import os, time; t = time.perf_counter(); [os.stat('$pfs/calib/f%d' % i) for i in range(1, 1001)]; print('%.2f' % (time.perf_counter() - t))")
+	statms=$("$rsh" kbn1 /usr/bin/python3 "$work/calib.py" "$pfs/calib")
 	declare -A all=() miss=()
 	for ((r = 0; r < runs; r++)); do
 		# shellcheck disable=SC2086 # the cases, one per word
