@@ -71,28 +71,9 @@ func harvestAction(c *cli.Context) (err error) {
 		det = detect.Result{Rank: detect.Unknown, Size: detect.Unknown, LocalRank: detect.Unknown}
 	}
 	l := newLoader(c, det)
-	// The front door, as load's and Python's harvest(): the settings
-	// resolved by loadcmd (--bundle or the argument, then --dir,
-	// KBUNDLE_BUNDLE, KBUNDLE_CACHE_DIR, else the set DEST was loaded
-	// from; --to, then KBUNDLE_LOCAL_DIR, else the job's DEST, found by
-	// its install record; --timeout, then KBUNDLE_TIMEOUT).
-	r := loadcmd.HarvestRequest{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), DryRun: c.Bool("dry-run"), MaxSize: maxSize(c),
-		Python: c.String("python")}
-	switch {
-	case c.NArg() > 1:
-		return l.fail(fmt.Sprintf("harvest takes one bundle set (got %q and %q)", c.Args().Get(0), c.Args().Get(1)), exitUsage)
-	case c.NArg() == 1 && r.Bundle != "":
-		return l.fail(fmt.Sprintf("pass the set once: --bundle %s or %s, not both", safe(r.Bundle), safe(c.Args().First())), exitUsage)
-	case c.NArg() == 1:
-		r.Bundle = c.Args().First()
-	}
-	if c.IsSet("timeout") {
-		s := timeout(c).Seconds()
-		r.Timeout = &s
-	}
-	if c.IsSet("per-node") {
-		v := c.Bool("per-node")
-		r.PerNode = &v
+	r, err := harvestRequest(c)
+	if err != nil {
+		return l.fail(err.Error(), exitUsage)
 	}
 	if _, err := testFailpoint(os.Getenv("KBUNDLE_TEST_FAILPOINT"), 0); err != nil {
 		return l.fail(err.Error(), exitUsage)
@@ -134,22 +115,56 @@ func harvestAction(c *cli.Context) (err error) {
 	if !o.OK {
 		return l.harvestFailure(o)
 	}
-	if !l.speaker {
-		return nil
+	if l.speaker {
+		printHarvest(c, o)
 	}
+	return nil
+}
+
+// harvestRequest is the command line's request. The front door, as
+// load's and Python's harvest(), resolves it (loadcmd.ResolveHarvest):
+// --bundle or the argument, then --dir, KBUNDLE_BUNDLE, KBUNDLE_CACHE_DIR,
+// else the set DEST was loaded from; --to, then KBUNDLE_LOCAL_DIR, else
+// the job's DEST, found by its install record; --timeout, then
+// KBUNDLE_TIMEOUT.
+func harvestRequest(c *cli.Context) (loadcmd.HarvestRequest, error) {
+	r := loadcmd.HarvestRequest{Bundle: c.String("bundle"), Dir: c.String("dir"), Dest: c.String("to"), DryRun: c.Bool("dry-run"), MaxSize: maxSize(c),
+		Python: c.String("python")}
+	switch {
+	case c.NArg() > 1:
+		return r, fmt.Errorf("harvest takes one bundle set (got %q and %q)", c.Args().Get(0), c.Args().Get(1))
+	case c.NArg() == 1 && r.Bundle != "":
+		return r, fmt.Errorf("pass the set once: --bundle %s or %s, not both", safe(r.Bundle), safe(c.Args().First()))
+	case c.NArg() == 1:
+		r.Bundle = c.Args().First()
+	}
+	if c.IsSet("timeout") {
+		s := timeout(c).Seconds()
+		r.Timeout = &s
+	}
+	if c.IsSet("per-node") {
+		v := c.Bool("per-node")
+		r.PerNode = &v
+	}
+	return r, nil
+}
+
+// printHarvest prints rank 0's outcome: --json's object on stdout, the
+// report on stderr, the job's verdict last (the line a job log is read
+// for: scripts/slurm, scripts/pbs).
+func printHarvest(c *cli.Context, o loadcmd.HarvestOutcome) {
 	if c.Bool("json") {
 		writeHarvestJSON(c, o.Set, &o.Summary)
 	}
-	if !c.Bool("quiet") {
-		for _, line := range o.Report {
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", line)
-		}
-		if o.Verdict != "" {
-			// Last: the line a job log is read for (scripts/slurm, scripts/pbs).
-			fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", o.Verdict)
-		}
+	if c.Bool("quiet") {
+		return
 	}
-	return nil
+	for _, line := range o.Report {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", line)
+	}
+	if o.Verdict != "" {
+		fmt.Fprintf(c.App.ErrWriter, "kbundle: %s\n", o.Verdict)
+	}
 }
 
 // harvestFailure is failure for a harvest's outcome.
