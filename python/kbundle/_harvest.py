@@ -204,8 +204,7 @@ def harvest(
     }
     # Every rank's framework counts (load_bundle's count=True), gathered
     # before the harvest: None on a rank that did not count.
-    gather = getattr(comm, "allgather", None)
-    counts = tuple(gather(_count.snapshot())) if gather is not None else ()
+    counts = _allgather(comm, _count.snapshot())
     out = call("kbundle_harvest", "harvest", comm, req)
     rank0 = comm_rank(comm) == 0
     if not out.get("ok"):
@@ -291,3 +290,30 @@ def _barrier(comm: Any) -> None:
         dist.barrier(group=_torch.gloo_group(comm))
     else:
         comm.Barrier()
+
+
+def _allgather(comm: Any, mine: Optional[Dict[str, Tuple[int, int]]]) -> Tuple[Optional[Dict[str, Tuple[int, int]]], ...]:
+    """Every rank's counts, in rank order: mpi4py's allgather, or over a
+    torch.distributed group's gloo group as JSON in uint8 CPU tensors (no
+    pickle): the lengths, then the bytes padded to the longest."""
+    if not _torch.is_group(comm):
+        return tuple(comm.allgather(mine))
+    import json
+
+    import torch  # type: ignore[import-not-found,unused-ignore]
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
+
+    g = _torch.gloo_group(comm)
+    raw = json.dumps(mine).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size(g))]
+    dist.all_gather(sizes, torch.tensor([len(raw)], dtype=torch.int64), group=g)
+    longest = max(int(n.item()) for n in sizes)
+    buf = torch.zeros(longest, dtype=torch.uint8)
+    buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+    outs = [torch.zeros(longest, dtype=torch.uint8) for _ in sizes]
+    dist.all_gather(outs, buf, group=g)
+    got = []
+    for n, t in zip(sizes, outs):
+        d = json.loads(bytes(t[: int(n.item())].tolist()))
+        got.append(None if d is None else {k: (int(v[0]), int(v[1])) for k, v in d.items()})
+    return tuple(got)
