@@ -76,11 +76,14 @@ echo "| D ms | stat ms | case | min s | median s | max s | median / nfs | misses
 echo "|---|---|---|---|---|---|---|---|---|"
 declare -A cross=()
 for d in $delays; do
+	# Every node mounts through a new proxy: unmounted first, since a
+	# mount through the old one dies with it.
+	for n in $(seq -f 'kbn%g' 1 "$NODES"); do "$rsh" "$n" umount "$pfs" 2>/dev/null || true; done
 	stop_proxy
 	"$work/delayproxy" -listen 198.18.0.254:2223 -to 198.18.0.254:2222 -delay "$(echo "scale=3; $d / 2" | bc)ms" &
 	proxy_pid=$!
 	pfs_port=2223
-	pfs_remount
+	pfs_mount
 	statms=$("$rsh" kbn1 /usr/bin/python3 "$work/calib.py" "$pfs/calib")
 	declare -A all=() miss=()
 	for ((r = 0; r < runs; r++)); do
@@ -92,8 +95,8 @@ for d in $delays; do
 			pfs_remount
 			t0=$(now)
 			case $c in
-			nfs) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$pfs/warm-numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
-			local) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$local/warm-numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
+			nfs) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$pfs/warm-numba/numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
+			local) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$local/warm-numba/numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
 			cli)
 				exports=$("${mpirun[@]}" "$kb" load -q --bundle "$setpath" --to "$dest" | sed -n 's/^export //p' | tr '\n' ' ')
 				"${mpirun[@]}" sh -c "env $exports KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out"
