@@ -59,8 +59,8 @@
 #   kbundle - nfs and kbundle - local, the load job's wall time and the
 #   load's own total_seconds. KBUNDLE_BENCH_KEEP=DIR keeps every rank's
 #   JSON line (step_seconds, hits, misses) and every load's --json there.
-# Prints markdown tables (docs/PERFORMANCE.md, "Harvest"). About 17 min with
-# the defaults on 2 cores (the harvest part 3 min; Inductor's cold runs
+# Prints markdown tables (docs/PERFORMANCE.md, "Harvest"). About 20 min with
+# the defaults on 2 cores (the harvest part 5 min; Inductor's cold runs
 # alone 5 min): KBUNDLE_BENCH_PARTS and KBUNDLE_BENCH_FRAMEWORKS run parts
 # of it.
 set -euo pipefail
@@ -91,6 +91,8 @@ bytes_since() {
 	echo "$((b[0] - a[0])) $(((b[1] - a[1]) + (b[2] - a[2]))) $((d[0] - c[0])) $(((d[1] - c[1]) + (d[2] - c[2])))"
 }
 mib() { printf %.1f "$(echo "scale=3; $1 / 1048576" | bc)"; }
+# ratio EXPR: EXPR's value to 2 decimals (bc's scale=2 prints .59)
+ratio() { printf %.2f "$(echo "scale=4; $1" | bc)"; }
 rssof() { # rssof WHAT: "rank 0 / other leaders" in MiB
 	local r0 others
 	r0=$(cat "$work/rss.$1.kbn1" 2>/dev/null || echo 0)
@@ -213,8 +215,8 @@ harvest_case() {
 	# The units rank 0 lacked are kbn2's and kbn3's own: 40 of the 100, as
 	# large as the others, so about 0.4 of the layer's packed size.
 	moved="$(echo "scale=2; $hl / (0.4 * $layer)" | bc)"
-	echo "- harvest / pack-delta = $(echo "scale=2; ${med[harvest]} / ${med[pack-delta]}" | bc) (goal <= 1.5); launch-netted, (harvest - launch) / pack-delta = $(echo "scale=2; (${med[harvest]} - ${med[launch]}) / ${med[pack-delta]}" | bc) (medians; pack-delta pays no launch)."
-	echo "- harvest / pack+merge = $(echo "scale=2; ${med[harvest]} / ${med[pack+merge]}" | bc) (goal <= 0.5); harvest / node-layers = $(echo "scale=2; ${med[harvest]} / ${med[node-layers]}" | bc). node-layers stores $(mib "$stored") MiB in 3 layers, $(echo "scale=2; $stored / $layer" | bc) x harvest's one layer, and adds one layer per node per job."
+	echo "- harvest / pack-delta = $(ratio "${med[harvest]} / ${med[pack-delta]}") (goal <= 1.5); launch-netted, (harvest - launch) / pack-delta = $(ratio "(${med[harvest]} - ${med[launch]}) / ${med[pack-delta]}") (medians; pack-delta pays no launch)."
+	echo "- harvest / pack+merge = $(ratio "${med[harvest]} / ${med[pack+merge]}") (goal <= 0.5); harvest / node-layers = $(ratio "${med[harvest]} / ${med[node-layers]}"). node-layers stores $(mib "$stored") MiB in 3 layers, $(ratio "$stored / $layer") x harvest's one layer, and adds one layer per node per job."
 	echo "- The other nodes' bytes sent in harvest are the units rank 0 lacked (2 x 20 units, compressed on the way, over MPI): $moved x their packed share of the layer (0.4 of it), each unit once. Rank 0's are the layer written to the file server, which it must cross once. Bytes received count what the nodes read from the file server and from each other (merge reads the base and the layers)."
 	echo "- Bytes and peak RSS are the last run's, not medians."
 	echo
