@@ -191,11 +191,11 @@ for mb in $sizes; do
 		fi
 	done
 	for method in load load-srun sequential sbcast naive read bcast bcast-8m extract; do
-		ratio=$(echo "scale=2; ${med[$method]} / ${med[sequential]}" | bc)
+		ratio=$(echo "scale=4; ${med[$method]} / ${med[sequential]}" | bc)
 		printf '| %d MB (%s bytes) | %s | %s | %.2f | %s | %s |\n' "$mb" "$bytes" "$method" "${times[$method]}" "$ratio" "${mem[$method]}" "${phases[$method]:-}"
 	done
 	slowest=$(printf '%s\n' "${med[read]}" "${med[bcast-8m]}" "${med[extract]}" | sort -g | tail -1)
-	phase_ratios+=("$mb MB: load / max(read, bcast-8m, extract alone) = $(echo "scale=2; ${med[load]} / $slowest" | bc) (medians: load $(printf %.2f "${med[load]}") s; read $(printf %.2f "${med[read]}"), bcast-8m $(printf %.2f "${med[bcast-8m]}"), extract $(printf %.2f "${med[extract]}") s; one-call bcast $(printf %.2f "${med[bcast]}") s); load-srun / sbcast = $(echo "scale=2; ${med[load-srun]} / ${med[sbcast]}" | bc) (one launcher, one allocation)")
+	phase_ratios+=("$mb MB: load / max(read, bcast-8m, extract alone) = $(printf %.2f "$(echo "scale=4; ${med[load]} / $slowest" | bc)") (medians: load $(printf %.2f "${med[load]}") s; read $(printf %.2f "${med[read]}"), bcast-8m $(printf %.2f "${med[bcast-8m]}"), extract $(printf %.2f "${med[extract]}") s; one-call bcast $(printf %.2f "${med[bcast]}") s); load-srun / sbcast = $(printf %.2f "$(echo "scale=4; ${med[load-srun]} / ${med[sbcast]}" | bc)") (one launcher, one allocation)")
 	rm -f "$pfs_server/b$mb.kbundle"
 	clean_nodes
 	unset times med mem phases ph
