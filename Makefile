@@ -86,16 +86,20 @@ python: python-lib build
 wheel: deps
 	VERSION='$(VERSION)' GO='$(GO)' scripts/dev/wheel.sh
 
-# kbundle load against per-rank reads, sbcast+extract and a raw MPI_Bcast on
-# a 4-node namespace cluster with 1 Gbit/s links (as root); see docs/SCALE.md.
+# kbundle load (under mpirun, and under srun in an allocation taken before
+# the clock, beside sbcast+extract in it) against per-rank reads, the
+# sequential MPI_Bcast-then-extract, C broadcasts in one call and in 8 MiB
+# calls, and iperf3 per link, on a 4-node namespace cluster with 1 Gbit/s
+# links (as root); see docs/SCALE.md.
 bench-nodes: build
 	scripts/bench/nodes.sh
 
-# Harvest against pack of its delta and per-node pack + merge, and the time
-# to a warm first step (cold, warm on the network FS, warm on every node,
-# kbundle load) for Numba, JAX and Inductor, on a 3-node namespace cluster
-# with sshfs as the shared file system (as root; about 13 min); see
-# docs/PERFORMANCE.md, "Harvest".
+# Harvest against the launch alone, pack of its delta (a floor), per-node
+# pack + merge and per-node layers of new files, and the time to a warm
+# first step (cold, warm on the network FS, warm on every node, kbundle
+# load; interleaved, every run printed) for Numba, JAX and Inductor, on a
+# 3-node namespace cluster with sshfs as the shared file system (as root;
+# about 20 min); see docs/PERFORMANCE.md, "Harvest".
 bench-harvest: build
 	scripts/bench/harvest.sh
 

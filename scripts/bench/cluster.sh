@@ -4,7 +4,8 @@
 # exit), state (the namespace cluster's, scripts/ci/nscluster-up.sh), rsh,
 # kb (kbundle built for Debian's Open MPI) and mpirun (an array: one rank
 # per node, Open MPI through the cluster's rsh agent); defines now, median
-# and rss; bench_cluster_up NODES RATE starts the cluster with its links
+# and rss, stats (min, median, max), linkbytes and linkbytes_in (bytes
+# each node sent and received); bench_cluster_up NODES RATE starts the cluster with its links
 # shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
 # file system on every node (below). bench_traps makes bench_cleanup run
 # on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
@@ -25,6 +26,11 @@ rss() { echo /usr/bin/time -f %M -o "$work/rss.$1.\$(hostname)"; }
 # linkbytes: the bytes every node has sent so far, over all nodes (the
 # bridge side of each node's veth receives what the node sends): "N1 N2 ..."
 linkbytes() { local n; for n in $(seq 1 "$NODES"); do cat "/sys/class/net/kbv$n/statistics/rx_bytes"; done | tr '\n' ' '; }
+# linkbytes_in: the bytes every node has received so far (the bridge side
+# sends them): "N1 N2 ...", from the file server and the other nodes alike
+linkbytes_in() { local n; for n in $(seq 1 "$NODES"); do cat "/sys/class/net/kbv$n/statistics/tx_bytes"; done | tr '\n' ' '; }
+# stats: "min median max" of the numbers on stdin, one a line
+stats() { sort -g | awk '{a[NR]=$1} END {print a[1], a[int((NR+1)/2)], a[NR]}'; }
 
 [[ $(id -u) == 0 ]] || { echo "${0##*/}: must run as root (namespaces, tc, mounts)" >&2; exit 1; }
 export PATH=$PATH:/usr/local/go/bin
