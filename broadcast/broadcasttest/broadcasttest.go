@@ -140,7 +140,17 @@ func (c *Comm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 	out := c.g.collective(c.rank, v, func(in []any) []any {
 		acc := in[0].(int64)
 		for _, x := range in[1:] {
-			acc = op.Apply(acc, x.(int64))
+			y := x.(int64)
+			switch op {
+			case mpi.Min:
+				acc = min(acc, y)
+			case mpi.Max:
+				acc = max(acc, y)
+			case mpi.Sum:
+				acc += y
+			case mpi.Bor:
+				acc |= y
+			}
 		}
 		res := make([]any, len(in))
 		for i := range res {
@@ -159,7 +169,16 @@ func (c *Comm) AllreduceInt64s(v []int64, op mpi.Op) error {
 		acc := slices.Clone(in[0].([]int64))
 		for _, x := range in[1:] {
 			for i, y := range x.([]int64) {
-				acc[i] = op.Apply(acc[i], y)
+				switch op {
+				case mpi.Min:
+					acc[i] = min(acc[i], y)
+				case mpi.Max:
+					acc[i] = max(acc[i], y)
+				case mpi.Sum:
+					acc[i] += y
+				case mpi.Bor:
+					acc[i] |= y
+				}
 			}
 		}
 		res := make([]any, len(in))
