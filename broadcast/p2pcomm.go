@@ -192,17 +192,7 @@ func (c *p2pComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 			if len(b) != 8 {
 				return 0, fmt.Errorf("allreduce: %d bytes, want 8", len(b))
 			}
-			y := int64(binary.LittleEndian.Uint64(b))
-			switch op {
-			case mpi.Min:
-				acc = min(acc, y)
-			case mpi.Max:
-				acc = max(acc, y)
-			case mpi.Sum:
-				acc += y
-			case mpi.Bor:
-				acc |= y
-			}
+			acc = op.Apply(acc, int64(binary.LittleEndian.Uint64(b)))
 		}
 		binary.LittleEndian.PutUint64(out, uint64(acc))
 	}

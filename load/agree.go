@@ -53,9 +53,8 @@ func (l *leader) share() error {
 		sum = [5]int64{flag(len(s.MismatchKeys) > 0), flag(s.ToolchainError != "" || len(s.NotHere) > 0),
 			flag(s.Skipped > 0), flag(l.allArchs && !s.AlreadyInstalled), flag(s.AlreadyInstalled)}
 	}
-	most[5], most[6] = flag(s.Missing), int64(l.stats.Read) // rank 0's; 0 elsewhere
-	if l.world.Rank() != 0 {
-		most[5], most[6] = 0, 0
+	if l.world.Rank() == 0 { // rank 0's alone
+		most[5], most[6] = flag(s.Missing), int64(l.stats.Read)
 	}
 	if err := broadcast.AllreduceInts(l.world, most[:], mpi.Max); err != nil {
 		return commErr("summary", err)

@@ -163,21 +163,10 @@ int kb_recv(int h, void *buf, int count, int src, int tag) {
 	return rc != MPI_SUCCESS ? rc : MPI_Recv(buf, count, MPI_BYTE, src, tag, c, MPI_STATUS_IGNORE);
 }
 
+// kb_allreduce_i64 is kb_allreduce_i64s of one value, in out.
 int kb_allreduce_i64(int h, int64_t in, int64_t *out, int op) {
-	MPI_Comm c;
-	MPI_Op o;
-	int rc = get(h, &c);
-	if (rc != MPI_SUCCESS) {
-		return rc;
-	}
-	switch (op) {
-	case 0: o = MPI_MIN; break;
-	case 1: o = MPI_MAX; break;
-	case 2: o = MPI_SUM; break;
-	case 3: o = MPI_BOR; break;
-	default: return MPI_ERR_OP;
-	}
-	return MPI_Allreduce(&in, out, 1, MPI_INT64_T, o, c);
+	*out = in;
+	return kb_allreduce_i64s(h, out, 1, op);
 }
 
 int kb_allreduce_i64s(int h, int64_t *buf, int n, int op) {

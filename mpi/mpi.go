@@ -76,6 +76,23 @@ func checkRoot(call string, root, size int) error {
 	return nil
 }
 
+// Apply combines a and b by o, as MPI_Allreduce does for each pair of
+// values: for communicators that reduce without MPI (broadcast's
+// FromTransport, broadcasttest). An unknown Op gives a.
+func (o Op) Apply(a, b int64) int64 {
+	switch o {
+	case Min:
+		return min(a, b)
+	case Max:
+		return max(a, b)
+	case Sum:
+		return a + b
+	case Bor:
+		return a | b
+	}
+	return a
+}
+
 func checkOp(op Op) error {
 	if op < Min || op > Bor {
 		return fmt.Errorf("mpi: allreduce: unknown operation %d: %w", int(op), ErrRange)

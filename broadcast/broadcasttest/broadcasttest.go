@@ -140,17 +140,7 @@ func (c *Comm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
 	out := c.g.collective(c.rank, v, func(in []any) []any {
 		acc := in[0].(int64)
 		for _, x := range in[1:] {
-			y := x.(int64)
-			switch op {
-			case mpi.Min:
-				acc = min(acc, y)
-			case mpi.Max:
-				acc = max(acc, y)
-			case mpi.Sum:
-				acc += y
-			case mpi.Bor:
-				acc |= y
-			}
+			acc = op.Apply(acc, x.(int64))
 		}
 		res := make([]any, len(in))
 		for i := range res {
@@ -169,16 +159,7 @@ func (c *Comm) AllreduceInt64s(v []int64, op mpi.Op) error {
 		acc := slices.Clone(in[0].([]int64))
 		for _, x := range in[1:] {
 			for i, y := range x.([]int64) {
-				switch op {
-				case mpi.Min:
-					acc[i] = min(acc[i], y)
-				case mpi.Max:
-					acc[i] = max(acc[i], y)
-				case mpi.Sum:
-					acc[i] += y
-				case mpi.Bor:
-					acc[i] |= y
-				}
+				acc[i] = op.Apply(acc[i], y)
 			}
 		}
 		res := make([]any, len(in))

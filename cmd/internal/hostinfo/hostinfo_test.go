@@ -87,12 +87,7 @@ func TestPrefetch(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3")
 	}
-	site := t.TempDir()
-	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
-	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
-	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
-	getenv := func(k string) string { return env[k] }
-	keys := []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
+	_, getenv, keys := numbaSite(t)
 	want, werr := Toolchain("", getenv, keys)
 	pf := StartPrefetch("", getenv)
 	defer pf.Stop()
@@ -138,12 +133,7 @@ func TestInProcess(t *testing.T) {
 	if err != nil {
 		t.Skip("no python3")
 	}
-	site := t.TempDir()
-	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
-	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
-	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
-	getenv := func(k string) string { return env[k] }
-	keys := []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
+	site, getenv, keys := numbaSite(t)
 	want, err := Toolchain(py, getenv, keys)
 	if err != nil {
 		t.Fatal(err)
@@ -162,4 +152,14 @@ func TestInProcess(t *testing.T) {
 	if !errors.Is(err, ErrNoPython) || !strings.Contains(err.Error(), "boom") || got[bundle.MetaCXX] != "true" {
 		t.Errorf("failing call: %v, %v", got, err)
 	}
+}
+
+// numbaSite is a PYTHONPATH folder holding numba 0.99.1's dist-info, the
+// environment that points at it (CXX=true), and the keys to ask.
+func numbaSite(t *testing.T) (site string, getenv func(string) string, keys []string) {
+	site = t.TempDir()
+	os.MkdirAll(filepath.Join(site, "numba-0.99.1.dist-info"), 0o755)
+	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
+	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
+	return site, func(k string) string { return env[k] }, []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
 }
