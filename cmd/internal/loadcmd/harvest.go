@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -100,8 +101,12 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 			return o, err
 		}
 	}
+	// One reading of this node's machine and toolchain (a Python probe)
+	// serves both the layer's record (Meta, rank 0) and the cause rules
+	// (Local): rank 0 may need both.
+	meta := onceByDest(HarvestMeta(r.Python, o.getenv))
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
-		Failpoint: r.Failpoint, Meta: HarvestMeta(r.Python, o.getenv), Getenv: o.getenv, Local: HarvestMeta(r.Python, o.getenv), Python: r.Python}
+		Failpoint: r.Failpoint, Meta: meta, Getenv: o.getenv, Local: meta, Python: r.Python}
 	if o.plan.Python == "" {
 		o.plan.Python = o.getenv("KBUNDLE_PYTHON") // its sqlite3 merges whole-file databases (harvest.Plan.Python)
 	}
@@ -363,4 +368,21 @@ func mergeReport(f Front, s *harvest.Summary) []string {
 		}
 	}
 	return lines
+}
+
+// onceByDest is f, remembering its answer for the last dest asked.
+func onceByDest(f func(dest string) map[string]string) func(dest string) map[string]string {
+	var (
+		mu   sync.Mutex
+		last string
+		got  map[string]string
+	)
+	return func(dest string) map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		if got == nil || dest != last {
+			got, last = f(dest), dest
+		}
+		return maps.Clone(got)
+	}
 }
