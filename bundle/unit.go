@@ -8,15 +8,23 @@ import (
 
 // CacheUnit is the cache unit of a file name: a Numba index and its data files
 // (dir/stem.nbi, dir/stem.N.nbc) are one unit, and so is each Triton hash
-// directory (…/triton/…/<hash>/…); any other file is a unit of its own.
+// directory (…/triton/…/<hash>/…) and each ninja build directory, one
+// extension's build.ninja, objects, .so and ninja's log and deps, which
+// ninja reads against each other's mtimes (…/torch_extensions/<name>/…,
+// FlashInfer's …/cached_ops/<name>/…); any other file is a unit of its own.
 func CacheUnit(name string) string {
 	parts := strings.Split(name, "/")
 	for i := 0; i < len(parts)-1; i++ {
-		if parts[i] == "triton" {
+		switch parts[i] {
+		case "triton":
 			for j := i + 1; j < len(parts)-1; j++ {
 				if tritonHash(parts[j]) {
 					return strings.Join(parts[:j+1], "/") + "/"
 				}
+			}
+		case "torch_extensions", "cached_ops":
+			if i+2 < len(parts) {
+				return strings.Join(parts[:i+2], "/") + "/"
 			}
 		}
 	}

@@ -88,8 +88,11 @@ func nameArch(name string) string {
 	return ""
 }
 
-// isTritonUnit: Triton's hash directory, CacheUnit's unit ending in "/".
-func isTritonUnit(unit string) bool { return strings.HasSuffix(unit, "/") }
+// isTritonUnit: Triton's hash directory, CacheUnit's unit ending in "/"
+// below a triton directory (not a ninja build directory).
+func isTritonUnit(unit string) bool {
+	return strings.HasSuffix(unit, "/") && (strings.HasPrefix(unit, "triton/") || strings.Contains(unit, "/triton/"))
+}
 
 // isCuPyCubin: a kernel in CuPy's cache (the cupy preset's directory).
 func isCuPyCubin(name string) bool {

@@ -70,6 +70,18 @@ var loopFrameworks = []loopFramework{
 			err := json.Unmarshal(b, &r)
 			return rankCounts{r.Rank, r.Hits + r.Misses, r.Hits, r.Misses}, err == nil && r.Functions > 0
 		}},
+	// A real C++ extension (torch.utils.cpp_extension.load: ninja, g++):
+	// a hit is an extension ninja had nothing to do for, a miss one it
+	// built; the new shapes are a second extension. Its build.ninja holds
+	// DEST's path, and every job's DEST differs: each load relocates it.
+	{name: "torch-extensions", preset: "torch-extensions", script: "torch_extension_kernels.py", launches: mpiLaunches[:1], perNode: 1,
+		python: func(t *testing.T) string { return venvModule(t, "torch") },
+		counts: func(b []byte) (rankCounts, bool) {
+			var r struct{ Rank, Extensions, Built int }
+			err := json.Unmarshal(b, &r)
+			return rankCounts{r.Rank, r.Extensions, r.Extensions - r.Built, r.Built}, err == nil && r.Extensions > 0
+		},
+		newShape: func(name string) bool { return strings.HasPrefix(name, "torch_extensions/kb_scaled_mul/") }},
 }
 
 // needModule returns py when it imports module, else skips the test (or
@@ -130,8 +142,9 @@ func exportsOf(stdout string) []string {
 }
 
 // TestHarvestLoop is issue 17's loop on the 3 nodes, for real: Numba
-// (3 x 2 ranks) under Open MPI's mpirun and MPICH's Hydra, JAX and
-// PyTorch Inductor (one rank per node) under Open MPI. Job 1 starts with
+// (3 x 2 ranks) under Open MPI's mpirun and MPICH's Hydra, JAX,
+// PyTorch Inductor and a PyTorch C++ extension (one rank per node) under
+// Open MPI. Job 1 starts with
 // no set (load --allow-missing --preset, the only load that names the
 // preset), compiles cold and its harvest writes the set's base, which
 // records the preset; job 2 hits every kernel on every rank and harvests nothing;

@@ -4,10 +4,13 @@ Builds (or loads) one C++ extension with torch.utils.cpp_extension.load,
 ninja and the C++ compiler, into $TORCH_EXTENSIONS_DIR/kb_scaled_add, runs
 its op once, and prints one JSON line: the op's result, the build
 directory, the .so's path and mtime (nanoseconds) and whether ninja had to
-run a command. The C++ source is written next to this script on the first
-run only, so its path and mtime stay the same for every later run: ninja
-compares them with the objects'. The rank comes from the launcher's
-environment; the script itself does not use MPI.
+run a command. With KBUNDLE_TEST_NEW_SHAPES=1 it builds a second
+extension too (kb_scaled_mul: what a later job compiles anew); "extensions"
+and "built" count them all. The C++ sources are written next to this
+script on the first run only (atomically: many ranks start at once), so
+their paths and mtimes stay the same for every later run: ninja compares
+them with the objects'. The rank comes from the launcher's environment;
+the script itself does not use MPI.
 """
 import contextlib
 import io
@@ -17,28 +20,42 @@ import tempfile
 
 from _common import emit, rank
 
-SOURCE = r'''
-#include <torch/extension.h>
-
-torch::Tensor scaled_add(torch::Tensor a, torch::Tensor b, double s) {
-    return a + b * s;
+SOURCES = {
+    "kb_scaled_add": ("a + b * s", "scaled_add"),
+    "kb_scaled_mul": ("a * b * s", "scaled_mul"),
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("scaled_add", &scaled_add, "a + s * b");
-}
-'''
-
-NAME = "kb_scaled_add"
+NAME = "kb_scaled_add"  # the extension every run builds
 
 
-def main():
-    here = os.path.dirname(os.path.abspath(__file__))
-    src = os.path.join(here, "scaled_add.cpp")
-    if not os.path.exists(src):
-        with open(src, "w") as f:
-            f.write(SOURCE)
-    import torch
+def source(here, name):
+    """The extension's C++ file beside this script, written once: a
+    whole file linked into place, never one another rank is writing."""
+    expr, fn = SOURCES[name]
+    path = os.path.join(here, fn + ".cpp")
+    if os.path.exists(path):
+        return path
+    text = (
+        "#include <torch/extension.h>\n\n"
+        "torch::Tensor %s(torch::Tensor a, torch::Tensor b, double s) {\n"
+        "    return %s;\n}\n\n"
+        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n"
+        '    m.def("%s", &%s, "%s");\n}\n' % (fn, expr, fn, fn, expr)
+    )
+    fd, tmp = tempfile.mkstemp(dir=here, prefix="." + fn)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        os.fchmod(f.fileno(), 0o644)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def build(here, name):
+    """cpp_extension.load of one extension: the module and ninja's output."""
     from torch.utils import cpp_extension
 
     # verbose=True makes torch run ninja with its output shown: capture
@@ -49,26 +66,43 @@ def main():
     os.dup2(log.fileno(), 1)
     try:
         with contextlib.redirect_stderr(io.StringIO()):
-            mod = cpp_extension.load(name=NAME, sources=[src], verbose=True)
+            mod = cpp_extension.load(name=name, sources=[source(here, name)], verbose=True)
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
     log.seek(0)
-    ninja = log.read().decode(errors="replace")
-    out = mod.scaled_add(torch.ones(4), torch.arange(4.0), 2.0)
-    build = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], NAME)
-    so = os.path.join(build, NAME + ".so")
-    lines = [l for l in ninja.splitlines() if l.strip()]
+    lines = [l for l in log.read().decode(errors="replace").splitlines() if l.strip()]
+    return mod, [l for l in lines if l.startswith("[")], any("no work to do" in l for l in lines)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    import torch
+
+    names = ["kb_scaled_add"]
+    if os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1":
+        names.append("kb_scaled_mul")
+    built = 0
+    for name in names:
+        mod, ran, no_work = build(here, name)
+        built += 1 if ran or not no_work else 0
+        if name == NAME:
+            first, first_ran, first_no_work = mod, ran, no_work
+    out = first.scaled_add(torch.ones(4), torch.arange(4.0), 2.0)
+    build_dir = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], NAME)
+    so = os.path.join(build_dir, NAME + ".so")
     emit({
         "rank": rank(),
         "result": out.tolist(),
-        "build_dir": build,
+        "build_dir": build_dir,
         "so": so,
         "so_mtime_ns": os.stat(so).st_mtime_ns,
-        "module_file": mod.__file__,
-        "ran_commands": [l for l in lines if l.startswith("[")],
-        "no_work": any("no work to do" in l for l in lines),
+        "module_file": first.__file__,
+        "ran_commands": first_ran,
+        "no_work": first_no_work,
+        "extensions": len(names),
+        "built": built,
     })
 
 
