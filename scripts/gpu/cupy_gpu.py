@@ -5,12 +5,16 @@ import os
 
 import cupy
 
-from _check import emit, files
+from _check import emit, files, skip
 
 NKERNELS = 4
 
 
 def main():
+    try:
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no device, no driver
+        skip("cupy", "no GPU (CuPy: %s)" % e)
     cache = os.environ.get("CUPY_CACHE_DIR", os.path.expanduser("~/.cupy/kernel_cache"))
     before = files(cache)
     x = cupy.arange(4096, dtype=cupy.float32) / 4096

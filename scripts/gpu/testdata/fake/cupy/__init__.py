@@ -33,6 +33,11 @@ class ElementwiseKernel:
 
 
 class cuda:
+    class runtime:
+        @staticmethod
+        def getDeviceCount():
+            return 1
+
     class Device:
         compute_capability = "90"
 

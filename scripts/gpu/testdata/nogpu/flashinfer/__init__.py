@@ -1,0 +1,2 @@
+"""A stand-in for flashinfer, for check_test.go: present, never imported on a machine with no GPU."""
+raise ImportError("the GPU check imported this stand-in")
