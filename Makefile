@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start bench-mdlat
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start bench-mdlat bench-torch
 
 all: build
 
@@ -102,6 +102,14 @@ bench-nodes: build
 # about 20 min); see docs/PERFORMANCE.md, "Harvest".
 bench-harvest: build
 	scripts/bench/harvest.sh
+
+# Issue 28: load_bundle over gloo (torchrun) against MPI (mpirun), timed
+# in-process, at 1 and 2 ranks per node; and `kbundle load --per-node`
+# against the collective load from sshfs with every cache dropped, with the
+# bytes the file server sent; 3-node namespace cluster, 1 Gbit/s links (as
+# root; about 5 min); see docs/PERFORMANCE.md, "No MPI".
+bench-torch: build
+	scripts/bench/torch.sh
 
 # B1, the fixed cost of a load against MPI's own start, on 3 nodes at 1
 # and 4 ranks per node (docs/PERFORMANCE.md, "The fixed cost of a load").
