@@ -135,8 +135,10 @@ if [ "${KBUNDLE_SKIP_CLUSTER:-}" != 1 ]; then
 	up=$(scripts/ci/nscluster-up.sh "$cluster") # fails the build when it fails
 	eval "$up"
 	go test -p 1 -timeout 30m ./test/cluster/...
-	# load_bundle from Python on the same cluster (test/python, issue 11)
-	go test -timeout 10m -run '^TestClusterLoad$' ./test/python/
+	# load_bundle from Python on the same cluster (test/python, issue 11),
+	# and over torch.distributed under one torchrun a node, with its faults
+	# (issue 28): the two torch tests about 2 min (78-102 s and 42-51 s)
+	go test -timeout 10m -run '^(TestClusterLoad|TestClusterTorch|TestClusterTorchFaults)$' ./test/python/
 	scripts/ci/nscluster-down.sh "$cluster"
 	rm -rf "$cluster"
 	cluster=''

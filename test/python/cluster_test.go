@@ -48,6 +48,15 @@ func clusterState(t *testing.T) (string, []string) {
 	return state, nodes[:clusterNodes]
 }
 
+// clusterReadable makes dir and the folders above it up to $TMPDIR
+// readable by all: a test's files live under $TMPDIR, which every node
+// shares, and the nodes' ranks read them whatever the umask.
+func clusterReadable(dir string) {
+	for d := dir; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+}
+
 // clusterArgv runs argv as 6 ranks on 3 nodes with v's launcher (as
 // test/cluster does).
 func clusterArgv(state string, nodes []string, v testutil.Variant, argv ...string) []string {
@@ -100,11 +109,7 @@ func TestClusterLoad(t *testing.T) {
 			py := python(t, v)
 			site := install(t, py)
 			fx := fixtureMap(fixtures(t))
-			// The fixtures live under $TMPDIR, which every node shares;
-			// let the nodes' ranks read them whatever the umask.
-			for d := fx["KBUNDLE_PYTEST_TREE"]; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-				os.Chmod(d, 0o755)
-			}
+			clusterReadable(fx["KBUNDLE_PYTEST_TREE"])
 			for _, c := range []struct {
 				name, bundle string
 				ok           bool

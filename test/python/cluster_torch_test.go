@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
 )
@@ -27,9 +29,7 @@ func TestClusterTorch(t *testing.T) {
 	kb := testutil.Kbundle(t, testutil.NoMPI)
 	py := filepath.Join(filepath.Dir(tr), "python")
 	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_inductor_prog.py")
-	for d := strings.SplitN(pp, ":", 2)[1]; d != "/" && d != os.TempDir(); d = filepath.Dir(d) {
-		os.Chmod(d, 0o755)
-	}
+	clusterReadable(strings.SplitN(pp, ":", 2)[1])
 	base := t.TempDir()
 	os.Chmod(base, 0o755)
 	cache := filepath.Join(base, "cache")
@@ -41,45 +41,14 @@ func TestClusterTorch(t *testing.T) {
 	if _, se, code := testutil.Run(t, nil, kb, "pack", "--dir", cache, "--preset", "inductor", "-o", file); code != 0 {
 		t.Fatalf("pack: %s", se)
 	}
-	jobs := 0
 	job := func(shape, harvest string) []map[string]any {
 		t.Helper()
-		jobs++
-		dest := filepath.Join(clusterLocal, fmt.Sprintf("kbundle-torch-%d-%d", os.Getpid(), jobs))
-		port := fmt.Sprint(29400 + os.Getpid()%500 + jobs)
-		var (
-			mu  sync.Mutex
-			out strings.Builder
-			wg  sync.WaitGroup
-		)
-		codes := make([]int, len(nodes))
-		for i, n := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				so, se, code := testutil.Run(t, nil, filepath.Join(state, "rsh"), n, "env", "PYTHONPATH="+pp,
-					"PYTHONDONTWRITEBYTECODE=1", tr, "--nnodes", "3", "--nproc-per-node", "2",
-					"--rdzv-backend", "c10d", "--rdzv-endpoint", nodes[0]+":"+port, "--rdzv-id", "kbtorch"+port,
-					prog, file, dest, shape, harvest)
-				mu.Lock()
-				defer mu.Unlock()
-				codes[i] = code
-				fmt.Fprintf(&out, "--- %s: exit %d\n%s%s", n, code, so, se)
-			}()
-		}
-		wg.Wait()
-		var res []map[string]any
-		for _, line := range strings.Split(out.String(), "\n") {
-			if js, ok := strings.CutPrefix(line, "RESULT "); ok {
-				var m map[string]any
-				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					t.Fatal(err)
-				}
-				res = append(res, m)
-			}
-		}
-		if len(res) != 6 || codes[0] != 0 || codes[1] != 0 || codes[2] != 0 {
-			t.Fatalf("shape %s: %d results\n%s", shape, len(res), out.String())
+		dest := filepath.Join(clusterLocal, fmt.Sprintf("kbundle-torch-%d-%s-%s", os.Getpid(), shape, harvest))
+		runs := clusterTorchrun(t, state, nodes, tr, pp, nil, prog, file, dest, shape, harvest)
+		out := torchOutput(runs)
+		res := torchResults[map[string]any](t, out)
+		if len(res) != 6 || runs[0].Code != 0 || runs[1].Code != 0 || runs[2].Code != 0 {
+			t.Fatalf("shape %s: %d results\n%s", shape, len(res), out)
 		}
 		leaders := 0
 		for _, r := range res {
@@ -110,4 +79,77 @@ func TestClusterTorch(t *testing.T) {
 			t.Errorf("harvested shape 200: %v", r)
 		}
 	}
+}
+
+// clusterJobs counts the cluster's torchrun jobs of this process: each
+// has its own rendezvous port and id.
+var clusterJobs atomic.Int32
+
+// torchNodeRun is one node's torchrun of a cluster job: its exit code,
+// outputs, and when it ended.
+type torchNodeRun struct {
+	Node           string
+	Code           int
+	Stdout, Stderr string
+	End            time.Time
+}
+
+// clusterTorchrun runs prog with args as one torchrun a node on the
+// cluster (`torchrun --nnodes 3 --nproc-per-node 2 --rdzv-backend c10d`,
+// the rendezvous on the first node), each started through the cluster's
+// rsh with PYTHONPATH pp and env, and returns each node's run once all
+// have ended. env's values and args are single words (the rsh joins a
+// command's words for sh -c, as ssh does).
+func clusterTorchrun(t *testing.T, state string, nodes []string, tr, pp string, env []string, prog string, args ...string) []torchNodeRun {
+	t.Helper()
+	n := clusterJobs.Add(1)
+	port := fmt.Sprint(29400 + os.Getpid()%500 + int(n))
+	argv := append([]string{"env", "PYTHONPATH=" + pp, "PYTHONDONTWRITEBYTECODE=1"}, env...)
+	argv = append(argv, tr, "--nnodes", fmt.Sprint(clusterNodes), "--nproc-per-node", fmt.Sprint(clusterPerNode),
+		"--rdzv-backend", "c10d", "--rdzv-endpoint", nodes[0]+":"+port, "--rdzv-id", "kbtorch"+port, prog)
+	argv = append(argv, args...)
+	runs := make([]torchNodeRun, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			so, se, code := testutil.Run(t, nil, append([]string{filepath.Join(state, "rsh"), node}, argv...)...)
+			runs[i] = torchNodeRun{Node: node, Code: code, Stdout: so, Stderr: se, End: time.Now()}
+		}()
+	}
+	wg.Wait()
+	for _, r := range runs {
+		if r.End.IsZero() { // it timed out, which failed the test
+			t.FailNow()
+		}
+	}
+	return runs
+}
+
+// torchOutput is the runs' outputs, node by node, for results and
+// failure messages.
+func torchOutput(runs []torchNodeRun) string {
+	var b strings.Builder
+	for _, r := range runs {
+		fmt.Fprintf(&b, "--- %s: exit %d\n%s%s", r.Node, r.Code, r.Stdout, r.Stderr)
+	}
+	return b.String()
+}
+
+// torchResults decodes the "RESULT {json}" lines of a torchrun job's
+// output.
+func torchResults[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var res []T
+	for _, line := range strings.Split(out, "\n") {
+		if js, ok := strings.CutPrefix(line, "RESULT "); ok {
+			var r T
+			if err := json.Unmarshal([]byte(js), &r); err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			res = append(res, r)
+		}
+	}
+	return res
 }

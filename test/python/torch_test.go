@@ -116,6 +116,7 @@ func torchSite(t *testing.T) string {
 
 type torchResult struct {
 	Rank      int
+	Host      string
 	OK        bool
 	Leader    bool
 	Nodes     int
@@ -345,16 +346,7 @@ func TestTorchInductor(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "dest")
 		argv := []string{tr, "--standalone", "--nnodes", "1", "--nproc-per-node", "2", prog, file, dest, shape, harvest}
 		so, se, code := testutil.Run(t, []string{"PYTHONPATH=" + pp, "KBUNDLE_TEST_RANKS_PER_NODE=1"}, argv...)
-		var res []map[string]any
-		for _, line := range strings.Split(so, "\n") {
-			if js, ok := strings.CutPrefix(line, "RESULT "); ok {
-				var m map[string]any
-				if err := json.Unmarshal([]byte(js), &m); err != nil {
-					t.Fatal(err)
-				}
-				res = append(res, m)
-			}
-		}
+		res := torchResults[map[string]any](t, so)
 		if code != 0 || len(res) != 2 {
 			t.Fatalf("shape %s: exit %d\n%s\n%s", shape, code, so, se)
 		}
