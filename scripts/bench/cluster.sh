@@ -5,7 +5,7 @@
 # kb (kbundle built for Debian's Open MPI) and mpirun (an array: one rank
 # per node, Open MPI through the cluster's rsh agent); defines now, median
 # and rss, stats (min, median, max), linkbytes and linkbytes_in (bytes
-# each node sent and received); bench_cluster_up NODES RATE starts the cluster with its links
+# each node sent and received), rotate (a rotated case order); bench_cluster_up NODES RATE starts the cluster with its links
 # shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
 # file system on every node (below). bench_traps makes bench_cleanup run
 # on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
@@ -29,6 +29,14 @@ linkbytes() { local n; for n in $(seq 1 "$NODES"); do cat "/sys/class/net/kbv$n/
 # linkbytes_in: the bytes every node has received so far (the bridge side
 # sends them): "N1 N2 ...", from the file server and the other nodes alike
 linkbytes_in() { local n; for n in $(seq 1 "$NODES"); do cat "/sys/class/net/kbv$n/statistics/tx_bytes"; done | tr '\n' ' '; }
+# rotate N WORD...: the words, starting at the (N mod count)th
+rotate() {
+	local n=$1
+	shift
+	local -a w=("$@")
+	n=$((n % ${#w[@]}))
+	echo "${w[@]:n}" "${w[@]:0:n}"
+}
 # stats: "min median max" of the numbers on stdin, one a line
 stats() { sort -g | awk '{a[NR]=$1} END {print a[1], a[int((NR+1)/2)], a[NR]}'; }
 

@@ -99,14 +99,6 @@ rssof() { # rssof WHAT: "rank 0 / other leaders" in MiB
 	others=$(cat "$work"/rss."$1".kbn[2-9] 2>/dev/null | sort -n | tail -1 || true)
 	echo "$((r0 / 1024)) / $((${others:-0} / 1024))"
 }
-# rotate N WORD...: the words, starting at the (N mod count)th
-rotate() {
-	local n=$1
-	shift
-	local -a w=("$@")
-	n=$((n % ${#w[@]}))
-	echo "${w[@]:n}" "${w[@]:0:n}"
-}
 # runs_of VALUE...: "min / median / max" and every run, to 2 decimals
 runs_of() {
 	local min med max

@@ -106,14 +106,6 @@ make_bundle() {
 	rm -rf "$dir"
 	chmod 0644 "$pfs_server/b$mb.kbundle"
 }
-# rotate N WORD...: the words, starting at the (N mod count)th
-rotate() {
-	local n=$1
-	shift
-	local -a w=("$@")
-	n=$((n % ${#w[@]}))
-	echo "${w[@]:n}" "${w[@]:0:n}"
-}
 
 methods="sequential load load-srun naive sbcast read bcast bcast-8m extract"
 phase_ratios=()

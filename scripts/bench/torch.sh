@@ -72,14 +72,6 @@ rm -rf "$work/tree"
 chmod 0644 "$pfs_server/b.kbundle"
 bytes=$(stat -c %s "$pfs_server/b.kbundle")
 clean_nodes() { "${mpirun[@]}" sh -c "rm -rf $local/tb-*" >/dev/null; }
-# rotate N WORD...: the words, starting at the (N mod count)th
-rotate() {
-	local n=$1
-	shift
-	local -a w=("$@")
-	n=$((n % ${#w[@]}))
-	echo "${w[@]:n}" "${w[@]:0:n}"
-}
 # summary NAME TIMES...: "best median" of the times
 best() { printf '%s\n' "$@" | sort -g | head -1; }
 med() { printf '%s\n' "$@" | median; }

@@ -155,21 +155,30 @@ func TestCheckFakeFramework(t *testing.T) {
 	}
 }
 
-// The JIT frameworks of issue 29 with stand-ins on a fake SM90 GPU:
-// FlashInfer builds one module, DeepGEMM one kernel per shape, and after
-// the load neither compiles; MIOpen (a ROCm torch) is skipped.
-func TestCheckFakeJIT(t *testing.T) {
+// withStandIns runs check.sh --only ONLY with the stand-in frameworks of
+// dir on PYTHONPATH, into a fresh work folder: its output (exit 0, or the
+// test fails) and the folder (OUT is its "out").
+func withStandIns(t *testing.T, dir, only string) (out, work string) {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3")
 	}
 	kb := testutil.Kbundle(t, testutil.NoMPI)
-	work := t.TempDir()
-	fake, _ := filepath.Abs("testdata/fakegpu")
+	work = t.TempDir()
+	fake, _ := filepath.Abs(dir)
 	out, code := script(t, []string{"KBUNDLE=" + kb, "WORKDIR=" + filepath.Join(work, "w"), "OUT=" + filepath.Join(work, "out"),
-		"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR=" + work}, "--only", "flashinfer,deepgemm,miopen")
+		"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR=" + work}, "--only", only)
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
+	return out, work
+}
+
+// The JIT frameworks of issue 29 with stand-ins on a fake SM90 GPU:
+// FlashInfer builds one module, DeepGEMM one kernel per shape, and after
+// the load neither compiles; MIOpen (a ROCm torch) is skipped.
+func TestCheckFakeJIT(t *testing.T) {
+	out, _ := withStandIns(t, "testdata/fakegpu", "flashinfer,deepgemm,miopen")
 	for _, want := range []string{
 		`(?m)^check: flashinfer: ok: warm-up compiled 1, after the load 1 hits, 0 misses;`,
 		`(?m)^check: deepgemm: ok: warm-up compiled 2, after the load 2 hits, 0 misses;`,
@@ -186,17 +195,7 @@ func TestCheckFakeJIT(t *testing.T) {
 // skipped, never failed, and never imports its framework (the stand-ins
 // of FlashInfer, DeepGEMM and vLLM raise on import).
 func TestCheckNoGPU(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
-	kb := testutil.Kbundle(t, testutil.NoMPI)
-	work := t.TempDir()
-	fake, _ := filepath.Abs("testdata/nogpu")
-	out, code := script(t, []string{"KBUNDLE=" + kb, "WORKDIR=" + filepath.Join(work, "w"), "OUT=" + filepath.Join(work, "out"),
-		"PYTHONPATH=" + fake, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR=" + work}, "--only", "inductor,flashinfer,deepgemm,vllm,miopen")
-	if code != 0 {
-		t.Fatalf("exit %d:\n%s", code, out)
-	}
+	out, work := withStandIns(t, "testdata/nogpu", "inductor,flashinfer,deepgemm,vllm,miopen")
 	for _, f := range []string{"inductor", "flashinfer", "deepgemm", "vllm"} {
 		if !regexp.MustCompile(`(?m)^check: ` + f + `: skipped: no GPU \(torch 0\.0\+fake: torch\.cuda\.is_available\(\) is False\) \(\d+s\)$`).MatchString(out) {
 			t.Errorf("%s: not skipped for no GPU:\n%s", f, out)
