@@ -4,7 +4,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start bench-mdlat bench-torch
+.PHONY: all build install demo test bench deps clean python python-lib wheel bench-nodes bench-harvest bench-start bench-mdlat bench-torch bench-triton
 
 all: build
 
@@ -121,6 +121,13 @@ bench-start: build
 # (docs/PERFORMANCE.md, "Where kbundle wins: metadata latency").
 bench-mdlat: build
 	scripts/bench/mdlat.sh
+
+# B3, a 10,000-file Triton-shaped cache read by 3 nodes x 4 ranks through
+# one shaped link to the file server: direct, kbundle (CLI, srun, in
+# process), every node reads, sbcast, rclone read-through, local
+# (docs/PERFORMANCE.md, "A Triton-shaped cache through one link").
+bench-triton: build
+	scripts/bench/triton.sh
 
 clean:
 	rm -rf $(BIN) out dist $(PYLIB)/libkbundle-*.so $(PYBIN) python/kbundle/_version.py python/build python/*.egg-info

@@ -50,8 +50,10 @@ pfs_server=$work/pfs-export
 pfs=$work/pfs
 sshd_pid=$work/sshd.pid
 
+# bench_status: the exit status, where the caller's EXIT trap runs
+# commands of its own before bench_cleanup
 bench_cleanup() {
-	local status=$? n
+	local status=${bench_status:-$?} n
 	if ((status != 0)) && [[ -s $work/stderr.log ]]; then
 		# bench_err: the fd of the caller's stderr when it sends 2 to the log
 		echo "${0##*/}: failed; last lines of the runs' stderr:" >&"${bench_err:-2}"
@@ -96,12 +98,25 @@ bench_cluster_up() {
 
 # pfs_nodes: where pfs_up mounts it (default every compute node); pfs_port:
 # the port the nodes mount through (default 2222, the sshd's own; mdlat.sh
-# puts its delay proxy there).
+# puts its delay proxy there); pfs_host: the sshd's address, default the
+# bridge's (198.18.0.254, the root namespace: one shaped link per node);
+# 198.18.0.250 runs it on the controller node kbctl instead, behind that
+# node's one shaped link, shared by every client as a single NFS server's
+# is (triton.sh).
+pfs_host=${pfs_host:-198.18.0.254}
+# on_server CMD...: CMD where the sshd runs (kbctl's namespaces, or here)
+on_server() {
+	if [[ $pfs_host == 198.18.0.250 ]]; then
+		nsenter -t "$(cat "$state/nodes/kbctl.pid")" -n -u -m -- "$@"
+	else
+		"$@"
+	fi
+}
 pfs_mount() {
 	local n
 	for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "$NODES")}; do
 		"$rsh" "$n" sshfs -p "${pfs_port:-2222}" -o IdentityFile="$work/ssh/key" -o StrictHostKeyChecking=no \
-			-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "root@198.18.0.254:$pfs_server" "$pfs"
+			-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR "root@$pfs_host:$pfs_server" "$pfs"
 	done
 }
 
@@ -114,7 +129,7 @@ pfs_up() {
 	ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/key"
 	ssh-keygen -q -t ed25519 -N '' -f "$work/ssh/hostkey"
 	install -m 0600 "$work/ssh/key.pub" "$work/ssh/auth"
-	/usr/sbin/sshd -p 2222 -o ListenAddress=198.18.0.254 -o HostKey="$work/ssh/hostkey" \
+	on_server /usr/sbin/sshd -p 2222 -o ListenAddress="$pfs_host" -o HostKey="$work/ssh/hostkey" \
 		-o AuthorizedKeysFile="$work/ssh/auth" -o PidFile="$sshd_pid" \
 		-o PermitRootLogin=prohibit-password -o StrictModes=no
 	pfs_mount
