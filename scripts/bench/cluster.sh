@@ -135,6 +135,23 @@ pfs_up() {
 	pfs_mount
 }
 
+# calib_setup: the metadata-latency calibration (mdlat.sh, triton.sh):
+# 1,000 empty files in $pfs_server/calib and $work/calib.py, which prints
+# the seconds 1,000 stat(2) of them take under DIR, i.e. ms per stat (a
+# script file: the rsh agent joins its arguments into one shell line).
+calib_setup() {
+	local i
+	mkdir -p "$pfs_server/calib"
+	for i in $(seq 1 1000); do : >"$pfs_server/calib/f$i"; done
+	cat >"$work/calib.py" <<'EOF'
+import os, sys, time
+t = time.perf_counter()
+for i in range(1, 1001):
+    os.stat(os.path.join(sys.argv[1], "f%d" % i))
+print("%.2f" % (time.perf_counter() - t))
+EOF
+}
+
 pfs_remount() {
 	local n
 	for n in ${pfs_nodes:-$(seq -f 'kbn%g' -s ' ' 1 "$NODES")}; do "$rsh" "$n" umount "$pfs"; done

@@ -58,17 +58,7 @@ exports=$("${mpirun[@]}" "$kb" load -q --allow-missing --preset numba --bundle "
 "${mpirun[@]}" "$kb" harvest -q --bundle "$setpath" --to "$dest" >/dev/null
 "$kb" extract -q "$pfs_server/set-numba.kbundle" "$pfs_server/warm-numba" >/dev/null
 "${mpirun[@]}" sh -c "rm -rf $local/warm-numba && $kb extract -q $setpath $local/warm-numba" >/dev/null
-mkdir -p "$pfs_server/calib"
-for i in $(seq 1 1000); do : >"$pfs_server/calib/f$i"; done
-# The calibration: seconds for 1,000 stat(2) of distinct files, i.e. ms
-# per stat (a file: the rsh agent joins its arguments into a shell line).
-cat >"$work/calib.py" <<'EOF'
-import os, sys, time
-t = time.perf_counter()
-for i in range(1, 1001):
-    os.stat(os.path.join(sys.argv[1], "f%d" % i))
-print("%.2f" % (time.perf_counter() - t))
-EOF
+calib_setup
 
 cases="nfs local cli inproc"
 # misses: the ranks' misses in all (their JSON lines may share a line of

@@ -92,15 +92,7 @@ done >"$work/kernels"
 chmod 0644 "$pfs_server/set.kbundle"
 "$kb" extract -q "$pfs_server/set.kbundle" "$pfs_server/warm" >/dev/null
 "${mpirun[@]}" sh -c "rm -rf $local/warm && $kb extract -q $pfs/set.kbundle $local/warm" >/dev/null
-mkdir -p "$pfs_server/calib"
-for i in $(seq 1 1000); do : >"$pfs_server/calib/f$i"; done
-cat >"$work/calib.py" <<'EOF'
-import os, sys, time
-t = time.perf_counter()
-for i in range(1, 1001):
-    os.stat(os.path.join(sys.argv[1], "f%d" % i))
-print("%.2f" % (time.perf_counter() - t))
-EOF
+calib_setup
 pfs_remount
 statms=$("$rsh" kbn1 /usr/bin/python3 "$work/calib.py" "$pfs/calib")
 
