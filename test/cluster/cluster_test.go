@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -375,8 +374,10 @@ func makeWrapper(t *testing.T, traced, detached bool) *wrapper {
 	os.Chmod(dir, 0o777)
 	run := `"$@"`
 	if traced {
-		// -y: each returned fd with its path, however the path was walked
-		run = `strace -f -qq -y -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
+		// -y: each returned fd with its path, however the path was walked;
+		// -ff: a file a thread (strace.HOST.RANK.TID), so no call is split
+		// into "unfinished" and "resumed" lines
+		run = `strace -ff -qq -y -e trace=open,openat,openat2 -o "$d/strace.$h.$r" "$@"`
 	}
 	record := run + `
 rc=$?
@@ -452,7 +453,6 @@ func (w *wrapper) wantExits(t *testing.T, c *cluster, r *result, want int) {
 // whether by its full name or relative to a directory descriptor.
 func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 	t.Helper()
-	ret := regexp.MustCompile(`\) = \d+<[^>]*>$`)
 	traces, _ := filepath.Glob(filepath.Join(w.dir, "strace.*"))
 	if len(traces) == 0 {
 		t.Fatalf("no strace output in %s", w.dir)
@@ -462,11 +462,10 @@ func (w *wrapper) opens(t *testing.T, path string) (n int, where []string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if ret.MatchString(line) && strings.HasSuffix(line, "<"+path+">") && !strings.Contains(line, "O_PATH") {
-				n++
-				where = append(where, filepath.Base(tr)+": "+line)
-			}
+		k, lines := testutil.TraceOpens(string(b), path)
+		n += k
+		for _, line := range lines {
+			where = append(where, filepath.Base(tr)+": "+line)
 		}
 	}
 	return n, where
