@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -41,6 +42,14 @@ func CacheUnit(name string) string {
 		}
 	}
 	return name
+}
+
+// TritonUnit reports whether unit, a CacheUnit, is a Triton hash
+// directory (…/triton/…/<hash>/), not a ninja build directory or a file.
+func TritonUnit(unit string) bool {
+	parts := strings.Split(unit, "/")
+	n := len(parts) - 1 // parts[n] is "" for a directory unit
+	return n >= 2 && parts[n] == "" && tritonHash(parts[n-1]) && slices.Contains(parts[:n-1], "triton")
 }
 
 // tritonHash reports whether s looks like a Triton cache key (base32 of

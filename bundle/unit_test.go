@@ -22,5 +22,8 @@ func TestCacheUnit(t *testing.T) {
 		if got := CacheUnit(name); got != want {
 			t.Errorf("CacheUnit(%q) = %q, want %q", name, got, want)
 		}
+		if triton := strings.Contains(name, "triton/"); TritonUnit(want) != triton {
+			t.Errorf("TritonUnit(%q) = %v, want %v", want, !triton, triton)
+		}
 	}
 }

@@ -123,7 +123,7 @@ func newSetIndex(have map[string]string) *setIndex {
 // directory, JAX's key without its hash.
 func kernelName(name string) string {
 	base := path.Base(name)
-	if u := bundle.CacheUnit(name); strings.HasSuffix(u, "/") && strings.Contains(u, "triton/") {
+	if bundle.TritonUnit(bundle.CacheUnit(name)) {
 		switch {
 		case strings.HasPrefix(base, "__grp__") && strings.HasSuffix(base, ".json"):
 			return "triton:" + strings.TrimSuffix(strings.TrimPrefix(base, "__grp__"), ".json")

@@ -88,12 +88,6 @@ func nameArch(name string) string {
 	return ""
 }
 
-// isTritonUnit: Triton's hash directory, CacheUnit's unit ending in "/"
-// below a triton directory (not a ninja build directory).
-func isTritonUnit(unit string) bool {
-	return strings.HasSuffix(unit, "/") && (strings.HasPrefix(unit, "triton/") || strings.Contains(unit, "/triton/"))
-}
-
 // isCuPyCubin: a kernel in CuPy's cache (the cupy preset's directory).
 func isCuPyCubin(name string) bool {
 	return strings.HasSuffix(name, ".cubin") && (strings.HasPrefix(name, "cupy/") || strings.Contains(name, "/cupy/"))
@@ -104,7 +98,7 @@ func isCuPyCubin(name string) bool {
 // directories, CuPy's cubins, sm_NN names. It reads names only.
 func HasGPUUnits(names []string) bool {
 	for _, n := range names {
-		if isTritonUnit(bundle.CacheUnit(n)) || isCuPyCubin(n) || nameArch(n) != "" {
+		if bundle.TritonUnit(bundle.CacheUnit(n)) || isCuPyCubin(n) || nameArch(n) != "" {
 			return true
 		}
 	}
@@ -127,7 +121,7 @@ func GPUTargets(files []string, open func(name string) (io.ReadCloser, error)) m
 	for _, n := range files {
 		unit := bundle.CacheUnit(n)
 		switch base := path.Base(n); {
-		case isTritonUnit(unit):
+		case bundle.TritonUnit(unit):
 			if _, done := out[unit]; done || !strings.HasSuffix(base, ".json") || strings.HasPrefix(base, "__grp__") {
 				continue
 			}
