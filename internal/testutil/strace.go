@@ -11,7 +11,7 @@ import (
 var openRet = regexp.MustCompile(`\) = \d+(<[^>]*>)?$`)
 
 // TraceOpens counts the successful opens of path in one strace output
-// (strace -f -y -e trace=open,openat,openat2), for reading or writing:
+// (strace -ff -y -e trace=open,openat,openat2), for reading or writing:
 // O_PATH handles are not opens of the content. An open counts by the
 // path -y gives its fd, or, where strace gave the fd no path (it reads
 // /proc/PID/fd, which can fail while the machine is loaded), by the name

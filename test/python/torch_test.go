@@ -138,22 +138,16 @@ func torchJob(t *testing.T, tr, pythonpath string, n int, env []string, args ...
 	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_prog.py")
 	argv := append([]string{tr, "--standalone", "--nnodes", "1", "--nproc-per-node", fmt.Sprint(n), prog}, args...)
 	stdout, stderr, code := testutil.Run(t, append([]string{"PYTHONPATH=" + pythonpath}, env...), argv...)
+	all := torchResults[torchResult](t, stdout)
 	res := make([]torchResult, n)
-	seen := 0
-	for _, line := range strings.Split(stdout, "\n") {
-		js, ok := strings.CutPrefix(line, "RESULT ")
-		if !ok {
-			continue
-		}
-		var r torchResult
-		if err := json.Unmarshal([]byte(js), &r); err != nil || r.Rank < 0 || r.Rank >= n {
-			t.Fatalf("%q: %v\nstdout:\n%s", line, err, stdout)
+	for _, r := range all {
+		if r.Rank < 0 || r.Rank >= n {
+			t.Fatalf("rank %d of %d\nstdout:\n%s", r.Rank, n, stdout)
 		}
 		res[r.Rank] = r
-		seen++
 	}
-	if seen != n || code != 0 {
-		t.Fatalf("torchrun %v: exit %d, %d results of %d\nstdout:\n%s\nstderr:\n%s", args, code, seen, n, stdout, stderr)
+	if len(all) != n || code != 0 {
+		t.Fatalf("torchrun %v: exit %d, %d results of %d\nstdout:\n%s\nstderr:\n%s", args, code, len(all), n, stdout, stderr)
 	}
 	for _, r := range res {
 		if r.LibMPI || r.MPI4py {
@@ -161,6 +155,24 @@ func torchJob(t *testing.T, tr, pythonpath string, n int, env []string, args ...
 		}
 	}
 	return res
+}
+
+// bigBundle packs 300 MB of random bytes (incompressible: a load of it
+// takes a while) into dir/big.kbundle, and returns its path; the source
+// tree is removed.
+func bigBundle(t *testing.T, kb, dir string) string {
+	t.Helper()
+	src := filepath.Join(dir, "big")
+	os.MkdirAll(src, 0o755)
+	b := make([]byte, 300<<20)
+	rand.New(rand.NewSource(1)).Read(b)
+	os.WriteFile(filepath.Join(src, "big.bin"), b, 0o644)
+	file := src + ".kbundle"
+	if _, se, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
+		t.Fatalf("pack %s: %s", src, se)
+	}
+	os.RemoveAll(src)
+	return file
 }
 
 // TestTorchLoad: load_bundle(torch.distributed.group.WORLD) under the
@@ -378,15 +390,7 @@ func TestTorchKilled(t *testing.T) {
 	tr := torchrun(t)
 	pp := torchSite(t)
 	kb := testutil.Kbundle(t, testutil.NoMPI)
-	src := filepath.Join(t.TempDir(), "cache")
-	os.MkdirAll(src, 0o755)
-	big := make([]byte, 300<<20)
-	rand.New(rand.NewSource(1)).Read(big) // incompressible: the load takes a while
-	os.WriteFile(filepath.Join(src, "big.bin"), big, 0o644)
-	file := filepath.Join(t.TempDir(), "cache.kbundle")
-	if _, se, code := testutil.Run(t, nil, kb, "pack", "--dir", src, "-o", file); code != 0 {
-		t.Fatalf("pack: %s", se)
-	}
+	file := bigBundle(t, kb, t.TempDir())
 	parent := t.TempDir()
 	dest := filepath.Join(parent, "dest")
 	prog := filepath.Join(testutil.RepoRoot(), "test", "python", "torch_prog.py")
