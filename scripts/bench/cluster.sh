@@ -5,7 +5,8 @@
 # kb (kbundle built for Debian's Open MPI) and mpirun (an array: one rank
 # per node, Open MPI through the cluster's rsh agent); defines now, median
 # and rss, stats (min, median, max), linkbytes and linkbytes_in (bytes
-# each node sent and received), rotate (a rotated case order); bench_cluster_up NODES RATE starts the cluster with its links
+# each node sent and received), rotate (a rotated case order), med (the
+# median of its arguments), stop_proxy; bench_cluster_up NODES RATE starts the cluster with its links
 # shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
 # file system on every node (below). bench_traps makes bench_cleanup run
 # on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
@@ -21,6 +22,8 @@
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# med VALUE...: the median of its arguments
+med() { printf '%s\n' "$@" | median; }
 # rss WHAT: a wrapper that records each rank's peak RSS (KiB) in work/rss.WHAT.HOST
 rss() { echo /usr/bin/time -f %M -o "$work/rss.$1.\$(hostname)"; }
 # linkbytes: the bytes every node has sent so far, over all nodes (the
@@ -134,6 +137,11 @@ pfs_up() {
 		-o PermitRootLogin=prohibit-password -o StrictModes=no
 	pfs_mount
 }
+
+# proxy_pid: the delay proxy a script started (mdlat.sh, triton.sh);
+# stop_proxy ends it, if any.
+proxy_pid=''
+stop_proxy() { if [[ -n $proxy_pid ]]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=''; fi; }
 
 # calib_setup: the metadata-latency calibration (mdlat.sh, triton.sh):
 # 1,000 empty files in $pfs_server/calib and $work/calib.py, which prints

@@ -41,8 +41,6 @@ make python-lib >/dev/null
 bench_cluster_up 3 "$rate"
 pfs_up
 go build -o "$work/delayproxy" ./internal/cmd/delayproxy
-proxy_pid=''
-stop_proxy() { if [[ -n $proxy_pid ]]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=''; fi; }
 trap 'bench_status=$?; stop_proxy; bench_cleanup' EXIT
 local=/tmp/node-local
 step="/usr/bin/python3 $PWD/scripts/bench/firststep/numba_step.py"

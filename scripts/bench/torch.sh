@@ -74,7 +74,6 @@ bytes=$(stat -c %s "$pfs_server/b.kbundle")
 clean_nodes() { "${mpirun[@]}" sh -c "rm -rf $local/tb-*" >/dev/null; }
 # summary NAME TIMES...: "best median" of the times
 best() { printf '%s\n' "$@" | sort -g | head -1; }
-med() { printf '%s\n' "$@" | median; }
 ratio() { printf %.2f "$(echo "scale=6; $1 / $2" | bc)"; }
 port=29500
 lines=()

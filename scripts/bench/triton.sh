@@ -56,7 +56,6 @@ bench_cluster_up 3 "$rate"
 # shellcheck disable=SC2054 # the commas are a host list; mpirun ends in --host H -np N
 mpirun12=("${mpirun[@]:0:${#mpirun[@]}-4}" --host kbn1:4,kbn2:4,kbn3:4 -np 12)
 go build -o "$work/delayproxy" ./internal/cmd/delayproxy
-proxy_pid=''
 declare -A rclone_pid=()
 local=/tmp/node-local
 rcl=$local/rclone
@@ -69,7 +68,6 @@ stop_rclone() {
 		unset "rclone_pid[$n]"
 	done
 }
-stop_proxy() { if [[ -n $proxy_pid ]]; then kill "$proxy_pid" 2>/dev/null || true; wait "$proxy_pid" 2>/dev/null || true; proxy_pid=''; fi; }
 trap 'bench_status=$?; stop_rclone; stop_proxy; bench_cleanup' EXIT
 # (nsenter, not a function: $! is then the proxy itself, nsenter execs it)
 nsenter -t "$(cat "$state/nodes/kbctl.pid")" -n -- "$work/delayproxy" -listen "$pfs_host:2223" -to "$pfs_host:2222" \
@@ -224,7 +222,6 @@ for ((r = 0; r < runs; r++)); do
 		hits[$m]+="$h "
 	done
 done
-med() { printf '%s\n' "$@" | median; }
 # shellcheck disable=SC2086 # the runs, one per word
 m1=$(med ${wall[M1]:-0})
 # shellcheck disable=SC2086
