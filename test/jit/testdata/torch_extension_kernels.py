@@ -80,15 +80,10 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     import torch
 
-    names = ["kb_scaled_add"]
-    if os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1":
-        names.append("kb_scaled_mul")
-    built = 0
-    for name in names:
-        mod, ran, no_work = build(here, name)
-        built += 1 if ran or not no_work else 0
-        if name == NAME:
-            first, first_ran, first_no_work = mod, ran, no_work
+    extra = ["kb_scaled_mul"] if os.environ.get("KBUNDLE_TEST_NEW_SHAPES") == "1" else []
+    first, ran, no_work = build(here, NAME)
+    # each extension's (commands ninja ran, no work to do)
+    outcomes = [(ran, no_work)] + [build(here, name)[1:] for name in extra]
     out = first.scaled_add(torch.ones(4), torch.arange(4.0), 2.0)
     build_dir = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], NAME)
     so = os.path.join(build_dir, NAME + ".so")
@@ -99,10 +94,10 @@ def main():
         "so": so,
         "so_mtime_ns": os.stat(so).st_mtime_ns,
         "module_file": first.__file__,
-        "ran_commands": first_ran,
-        "no_work": first_no_work,
-        "extensions": len(names),
-        "built": built,
+        "ran_commands": ran,
+        "no_work": no_work,
+        "extensions": len(outcomes),
+        "built": sum(1 for r, nw in outcomes if r or not nw),
     })
 
 
