@@ -37,8 +37,9 @@ func FromMPI(c *mpi.Comm) NodeComm { return mpiComm{c} }
 
 type mpiComm struct{ *mpi.Comm }
 
-// idlePoll is how often a waiting rank checks whether the barrier is done.
-const idlePoll = time.Millisecond
+// idlePoll is the longest a waiting rank sleeps between checks of whether
+// the barrier is done (its sleeps double up to it).
+const idlePoll = 10 * time.Millisecond
 
 func (c mpiComm) Barrier() error { return c.Comm.IdleBarrier(idlePoll) }
 

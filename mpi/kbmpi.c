@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <mpi.h>
 #include "kbmpi.h"
 
@@ -128,21 +129,32 @@ int kb_barrier(int h) {
 
 // One outstanding non-blocking barrier at a time (IdleBarrier holds a
 // lock on the Go side).
-static MPI_Request ibarrier = MPI_REQUEST_NULL;
+static int idle_stop;
 
-int kb_ibarrier(int h) {
+// kb_idle_stop makes every kb_idle_barrier, now and later, return
+// KB_ERR_STOPPED at its next test: safe from any thread.
+void kb_idle_stop(void) { __atomic_store_n(&idle_stop, 1, __ATOMIC_RELAXED); }
+
+// kb_idle_barrier is MPI_Ibarrier on h, then MPI_Test with a sleep
+// between tests: first first_ns, each twice the last, up to max_ns. The
+// whole wait is one call, on this thread: no wakeup but the test's.
+int kb_idle_barrier(int h, long first_ns, long max_ns) {
 	MPI_Comm c;
-	int rc = get(h, &c);
-	return rc != MPI_SUCCESS ? rc : MPI_Ibarrier(c, &ibarrier);
-}
-
-int kb_test_ibarrier(int *done) {
-	*done = 0;
-	if (ibarrier == MPI_REQUEST_NULL) {
-		*done = 1;
-		return MPI_SUCCESS;
+	MPI_Request r;
+	int done = 0, rc = get(h, &c);
+	if (rc != MPI_SUCCESS || (rc = MPI_Ibarrier(c, &r)) != MPI_SUCCESS) {
+		return rc;
 	}
-	return MPI_Test(&ibarrier, done, MPI_STATUS_IGNORE);
+	for (long ns = first_ns < max_ns ? first_ns : max_ns;; ns = 2 * ns < max_ns ? 2 * ns : max_ns) {
+		if ((rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS || done) {
+			return rc;
+		}
+		if (__atomic_load_n(&idle_stop, __ATOMIC_RELAXED)) {
+			return KB_ERR_STOPPED;
+		}
+		struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+		nanosleep(&ts, NULL);
+	}
 }
 
 int kb_bcast(int h, void *buf, int count, int root) {

@@ -13,6 +13,9 @@
 // KB_ERR_ABI is returned by kb_adopt when the process runs another MPI
 // library than the one this code was compiled against.
 #define KB_ERR_ABI (-3)
+// KB_ERR_STOPPED is returned by kb_idle_barrier once kb_idle_stop was
+// called (the job is being aborted).
+#define KB_ERR_STOPPED (-4)
 
 int kb_success(void);
 const char *kb_build_header(void);
@@ -21,8 +24,8 @@ int kb_finalize(void);
 int kb_rank(int h, int *rank);
 int kb_size(int h, int *size);
 int kb_barrier(int h);
-int kb_ibarrier(int h);
-int kb_test_ibarrier(int *done);
+int kb_idle_barrier(int h, long first_ns, long max_ns);
+void kb_idle_stop(void);
 int kb_bcast(int h, void *buf, int count, int root);
 int kb_send(int h, void *buf, int count, int dest, int tag);
 int kb_recv(int h, void *buf, int count, int src, int tag);

@@ -89,7 +89,7 @@ func (c *Comm) check(call string) error {
 func (c *Comm) Barrier() error { return c.check("MPI_Barrier") }
 
 // IdleBarrier returns at once.
-func (c *Comm) IdleBarrier(poll time.Duration) error { return c.check("MPI_Ibarrier") }
+func (c *Comm) IdleBarrier(maxPoll time.Duration) error { return c.check("MPI_Ibarrier") }
 
 // Bcast leaves buf as it is; root must be 0.
 func (c *Comm) Bcast(buf []byte, root int) error {

@@ -6,7 +6,8 @@
 # per node, Open MPI through the cluster's rsh agent); defines now, median
 # and rss, stats (min, median, max), linkbytes and linkbytes_in (bytes
 # each node sent and received), rotate (a rotated case order), med (the
-# median of its arguments), stop_proxy; bench_cluster_up NODES RATE starts the cluster with its links
+# median of its arguments), stop_proxy, fw_env and step_cmd (a first
+# step's cache variables and command line, by framework); bench_cluster_up NODES RATE starts the cluster with its links
 # shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
 # file system on every node (below). bench_traps makes bench_cleanup run
 # on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
@@ -43,6 +44,27 @@ rotate() {
 # stats: "min median max" of the numbers on stdin, one a line
 stats() { sort -g | awk '{a[NR]=$1} END {print a[1], a[int((NR+1)/2)], a[NR]}'; }
 
+# fw_env FW DIR: the variables the framework's kbundle preset exports for DIR
+fw_env() {
+	case $1 in
+	numba) echo "NUMBA_CACHE_DIR=$2/numba" ;;
+	jax) echo "JAX_COMPILATION_CACHE_DIR=$2/jax JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none" ;;
+	inductor) echo "TORCHINDUCTOR_CACHE_DIR=$2/inductor TRITON_CACHE_DIR=$2/triton" ;;
+	esac
+}
+
+# step_cmd FW ENV...: the first step's command line on every rank, with
+# the variables ENV (Numba's functions in work/fns: numba_step.py --prepare)
+step_cmd() {
+	local fw=$1
+	shift
+	case $fw in
+	numba) echo "env $* KBUNDLE_BENCH_FNS=$work/fns /usr/bin/python3 $PWD/scripts/bench/firststep/numba_step.py" ;;
+	jax) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_JAX_N:-16} $venv_python $PWD/scripts/bench/firststep/jax_step.py" ;;
+	inductor) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_INDUCTOR_N:-2} $venv_python $PWD/scripts/bench/firststep/inductor_step.py" ;;
+	esac
+}
+
 [[ $(id -u) == 0 ]] || { echo "${0##*/}: must run as root (namespaces, tc, mounts)" >&2; exit 1; }
 export PATH=$PATH:/usr/local/go/bin
 work=$(mktemp -d /tmp/kbundle-bench.XXXXXX)
@@ -52,6 +74,8 @@ rsh=$state/rsh
 pfs_server=$work/pfs-export
 pfs=$work/pfs
 sshd_pid=$work/sshd.pid
+# the pinned venv (scripts/dev/venv.sh): JAX's and Inductor's Python
+venv_python=$PWD/.venv/bin/python
 
 # bench_status: the exit status, where the caller's EXIT trap runs
 # commands of its own before bench_cleanup

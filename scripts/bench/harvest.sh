@@ -76,7 +76,6 @@ bench_traps
 bench_cluster_up 3 "$rate"
 pfs_up
 local=/tmp/node-local
-venv_python=$PWD/.venv/bin/python
 exec 3>&2 2>>"$work/stderr.log"
 bench_err=3
 say() { echo "harvest.sh: $*" >&3; }
@@ -212,26 +211,6 @@ harvest_case() {
 	echo "- The other nodes' bytes sent in harvest are the units rank 0 lacked (2 x 20 units, compressed on the way, over MPI): $moved x their packed share of the layer (0.4 of it), each unit once. Rank 0's are the layer written to the file server, which it must cross once. Bytes received count what the nodes read from the file server and from each other (merge reads the base and the layers)."
 	echo "- Bytes and peak RSS are the last run's, not medians."
 	echo
-}
-
-# fw_env FW DIR: the variables the framework's kbundle preset exports for DIR
-fw_env() {
-	case $1 in
-	numba) echo "NUMBA_CACHE_DIR=$2/numba" ;;
-	jax) echo "JAX_COMPILATION_CACHE_DIR=$2/jax JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=none" ;;
-	inductor) echo "TORCHINDUCTOR_CACHE_DIR=$2/inductor TRITON_CACHE_DIR=$2/triton" ;;
-	esac
-}
-
-# step FW ENV...: the program's command line on every rank
-step_cmd() {
-	local fw=$1
-	shift
-	case $fw in
-	numba) echo "env $* KBUNDLE_BENCH_FNS=$work/fns /usr/bin/python3 $PWD/scripts/bench/firststep/numba_step.py" ;;
-	jax) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_JAX_N:-16} $venv_python $PWD/scripts/bench/firststep/jax_step.py" ;;
-	inductor) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_INDUCTOR_N:-2} $venv_python $PWD/scripts/bench/firststep/inductor_step.py" ;;
-	esac
 }
 
 # outcome FILE: the ranks' cache misses, summed, and the slowest rank's

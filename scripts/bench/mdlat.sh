@@ -12,14 +12,18 @@
 # (internal/cmd/delayproxy, D/2 each way) sits in front of the sshd the
 # nodes mount with sshfs. At each D (KBUNDLE_BENCH_DELAYS, default
 # "0 1 2 5") it calibrates the delay in ms per stat(2) (1,000 distinct
-# files through a fresh mount), then times the Numba first step
-# (scripts/bench/firststep/numba_step.py, KBUNDLE_BENCH_NUMBA_N functions,
-# default 56; 3 nodes x 1 rank) from job start to its end, in 4 cases:
-#   nfs     NUMBA_CACHE_DIR on the network file system, warm
+# files through a fresh mount), then times the first step of each
+# framework (KBUNDLE_BENCH_FRAMEWORKS, default "numba jax": Numba's
+# scripts/bench/firststep/numba_step.py, KBUNDLE_BENCH_NUMBA_N functions,
+# default 56, with Debian's Python; JAX's jax_step.py, KBUNDLE_BENCH_JAX_N,
+# default 16, with the pinned venv's; 3 nodes x 1 rank) from job start to
+# its end, in 4 cases:
+#   nfs     the framework's cache on the network file system, warm
 #   local   a warm copy already on every node (the floor)
 #   cli     mpirun kbundle load of the set on the network FS, then the step
-#   inproc  the step loads the set itself (kbundle.load_bundle, mpi4py)
-#           before it imports Numba: one launch
+#   inproc  the step loads the set itself (kbundle.load_bundle, mpi4py;
+#           scripts/bench/bench_inproc.py) before it imports its
+#           framework: one launch
 # KBUNDLE_BENCH_RUNS runs (default 5), the cases interleaved in a rotated
 # order, the client's caches dropped before each run (remount; the
 # server's page cache stays warm). Prints every run, min/median/max, the
@@ -29,41 +33,46 @@ cd "$(dirname "$0")/../.."
 runs=${KBUNDLE_BENCH_RUNS:-5}
 delays=${KBUNDLE_BENCH_DELAYS:-0 1 2 5}
 rate=${KBUNDLE_BENCH_RATE:-1gbit}
-nfns=${KBUNDLE_BENCH_NUMBA_N:-56}
+frameworks=${KBUNDLE_BENCH_FRAMEWORKS:-numba jax}
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
 bench_traps
 # mpi4py for the in-process case: PyPI's wheel from the Open MPI
-# environment, beside Debian's Numba (both CPython 3.11).
+# environment, beside Debian's Numba and the venv's JAX (all CPython 3.11).
 pyenv=$(scripts/dev/pyenv-mpi.sh openmpi)
 mpi4py_site=$("$pyenv" -c 'import mpi4py, os; print(os.path.dirname(os.path.dirname(mpi4py.__file__)))')
+inpath="PYTHONPATH=$PWD/python:$PWD/scripts/bench:$mpi4py_site"
 make python-lib >/dev/null
 bench_cluster_up 3 "$rate"
 pfs_up
 go build -o "$work/delayproxy" ./internal/cmd/delayproxy
 trap 'bench_status=$?; stop_proxy; bench_cleanup' EXIT
 local=/tmp/node-local
-step="/usr/bin/python3 $PWD/scripts/bench/firststep/numba_step.py"
 mkdir -p "$work/fns"
-/usr/bin/python3 scripts/bench/firststep/numba_step.py --prepare "$work/fns" "$nfns"
-setpath=$pfs/set-numba.kbundle
+/usr/bin/python3 scripts/bench/firststep/numba_step.py --prepare "$work/fns" "${KBUNDLE_BENCH_NUMBA_N:-56}"
 dest=$local/mdlat
 
-# The set: the loop's first job (no set: an empty DEST, the step compiles
-# cold, harvest writes the set), then warm copies for nfs and local.
-exports=$("${mpirun[@]}" "$kb" load -q --allow-missing --preset numba --bundle "$setpath" --to "$dest" | sed -n 's/^export //p' | tr '\n' ' ')
-"${mpirun[@]}" sh -c "env $exports KBUNDLE_BENCH_FNS=$work/fns $step" >/dev/null
-"${mpirun[@]}" "$kb" harvest -q --bundle "$setpath" --to "$dest" >/dev/null
-"$kb" extract -q "$pfs_server/set-numba.kbundle" "$pfs_server/warm-numba" >/dev/null
-"${mpirun[@]}" sh -c "rm -rf $local/warm-numba && $kb extract -q $setpath $local/warm-numba" >/dev/null
+# Each framework's set: the loop's first job (no set: an empty DEST, the
+# step compiles cold, harvest writes the set), then warm copies for nfs
+# and local. The load's version probe reads the job's own Python
+# (KBUNDLE_PYTHON): Debian's for Numba, the venv's for JAX.
+declare -A kbpy=()
+for fw in $frameworks; do
+	kbpy[$fw]=KBUNDLE_PYTHON=$([[ $fw == numba ]] && echo /usr/bin/python3 || echo "$venv_python")
+	exports=$("${mpirun[@]}" env "${kbpy[$fw]}" "$kb" load -q --allow-missing --preset "$fw" --bundle "$pfs/set-$fw.kbundle" --to "$dest" | sed -n 's/^export //p' | tr '\n' ' ')
+	"${mpirun[@]}" sh -c "$(step_cmd "$fw" "$exports")" >/dev/null
+	"${mpirun[@]}" env "${kbpy[$fw]}" "$kb" harvest -q --bundle "$pfs/set-$fw.kbundle" --to "$dest" >/dev/null
+	"$kb" extract -q "$pfs_server/set-$fw.kbundle" "$pfs_server/warm-$fw" >/dev/null
+	"${mpirun[@]}" sh -c "rm -rf $dest $local/warm-$fw && $kb extract -q $pfs/set-$fw.kbundle $local/warm-$fw" >/dev/null
+done
 calib_setup
 
 cases="nfs local cli inproc"
 # misses: the ranks' misses in all (their JSON lines may share a line of
 # mpirun's output).
 misses() { python3 -c 'import re,sys; print(sum(int(m) for m in re.findall(r"\"misses\": (\d+)", open(sys.argv[1]).read())))' "$1"; }
-echo "| D ms | stat ms | case | min s | median s | max s | median / nfs | misses | runs (s) |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| D ms | stat ms | framework | case | min s | median s | max s | median / nfs | misses | runs (s) |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 declare -A cross=()
 for d in $delays; do
 	# Every node mounts through a new proxy: unmounted first, since a
@@ -77,43 +86,49 @@ for d in $delays; do
 	statms=$("$rsh" kbn1 /usr/bin/python3 "$work/calib.py" "$pfs/calib")
 	declare -A all=() miss=()
 	for ((r = 0; r < runs; r++)); do
-		# shellcheck disable=SC2086 # the cases, one per word
-		set -- $cases
-		for ((k = 0; k < r % 4; k++)); do set -- "${@:2}" "$1"; done # rotated
-		for c in "$@"; do
-			"${mpirun[@]}" sh -c "rm -rf $dest" >/dev/null
-			pfs_remount
-			t0=$(now)
-			case $c in
-			nfs) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$pfs/warm-numba/numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
-			local) "${mpirun[@]}" sh -c "env NUMBA_CACHE_DIR=$local/warm-numba/numba KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
-			cli)
-				exports=$("${mpirun[@]}" "$kb" load -q --bundle "$setpath" --to "$dest" | sed -n 's/^export //p' | tr '\n' ' ')
-				"${mpirun[@]}" sh -c "env $exports KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out"
-				;;
-			inproc) "${mpirun[@]}" sh -c "env PYTHONPATH=$PWD/python:$mpi4py_site KBUNDLE_BENCH_LOAD=$setpath KBUNDLE_BENCH_DEST=$dest KBUNDLE_BENCH_FNS=$work/fns $step" >"$work/out" ;;
-			esac 2>>"$work/stderr.log"
-			t1=$(now)
-			all[$c]+="$(echo "$t1 - $t0" | bc) "
-			miss[$c]+="$(misses "$work/out") "
+		for fw in $frameworks; do
+			set=$pfs/set-$fw.kbundle
+			# shellcheck disable=SC2086 # the cases, one per word
+			for c in $(rotate "$r" $cases); do
+				"${mpirun[@]}" sh -c "rm -rf $dest" >/dev/null
+				pfs_remount
+				t0=$(now)
+				case $c in
+				nfs | local)
+					[[ $c == nfs ]] && warm=$pfs/warm-$fw || warm=$local/warm-$fw
+					"${mpirun[@]}" sh -c "$(step_cmd "$fw" "$(fw_env "$fw" "$warm")")" >"$work/out"
+					;;
+				cli)
+					exports=$("${mpirun[@]}" env "${kbpy[$fw]}" "$kb" load -q --bundle "$set" --to "$dest" | sed -n 's/^export //p' | tr '\n' ' ')
+					"${mpirun[@]}" sh -c "$(step_cmd "$fw" "$exports")" >"$work/out"
+					;;
+				inproc) "${mpirun[@]}" sh -c "$(step_cmd "$fw" "$inpath" KBUNDLE_BENCH_LOAD="$set" KBUNDLE_BENCH_DEST="$dest")" >"$work/out" ;;
+				esac 2>>"$work/stderr.log"
+				t1=$(now)
+				all[$fw $c]+="$(echo "$t1 - $t0" | bc) "
+				miss[$fw $c]+="$(misses "$work/out") "
+			done
 		done
 	done
-	# shellcheck disable=SC2086 # the runs, one per word
-	nfsmed=$(printf '%s\n' ${all[nfs]} | median)
-	for c in $cases; do
-		# shellcheck disable=SC2086
-		sorted=$(printf '%s\n' ${all[$c]} | sort -g)
-		med=$(echo "$sorted" | median)
-		printf '| %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s| %s|\n' "$d" "$statms" "$c" "$(echo "$sorted" | head -1)" "$med" \
-			"$(echo "$sorted" | tail -1)" "$(echo "scale=3; $med / $nfsmed" | bc)" "${miss[$c]}" "${all[$c]}"
-		if [[ $c == cli || $c == inproc ]] && [[ -z ${cross[$c]:-} ]] && (($(echo "$med <= $nfsmed" | bc))); then
-			cross[$c]=$d
-		fi
+	for fw in $frameworks; do
+		# shellcheck disable=SC2086 # the runs, one per word
+		nfsmed=$(med ${all[$fw nfs]})
+		for c in $cases; do
+			# shellcheck disable=SC2086
+			read -r lo mid hi < <(printf '%s\n' ${all[$fw $c]} | stats)
+			printf '| %s | %s | %s | %s | %.2f | %.2f | %.2f | %.2f | %s| %s|\n' "$d" "$statms" "$fw" "$c" "$lo" "$mid" "$hi" \
+				"$(echo "scale=3; $mid / $nfsmed" | bc)" "${miss[$fw $c]}" "${all[$fw $c]}"
+			if [[ $c == cli || $c == inproc ]] && [[ -z ${cross[$fw $c]:-} ]] && (($(echo "$mid <= $nfsmed" | bc))); then
+				cross[$fw $c]=$d
+			fi
+		done
 	done
 	unset all miss
 done
 echo
-for c in cli inproc; do
-	echo "kbundle $c: at or below nfs from D = ${cross[$c]:-never (in $delays)} ms"
+for fw in $frameworks; do
+	for c in cli inproc; do
+		echo "$fw, kbundle $c: at or below nfs from D = ${cross[$fw $c]:-never (in $delays)} ms"
+	done
 done
 echo "3 nodes x 1 rank, links shaped to $rate each way (tc tbf), sshfs through a delay proxy adding D ms to each round trip to the file server; $runs runs of each case, interleaved, rotated; client caches dropped before each run, the server's page cache warm; $(nproc) cores; kbundle $("$kb" version | head -1)."

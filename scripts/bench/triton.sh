@@ -17,6 +17,8 @@
 #   M1  direct: TRITON_CACHE_DIR on sshfs
 #   M2  kbundle CLI: mpirun 1/node kbundle load, then mpirun -np 12 replay
 #   M2s M2 through srun --mpi=pmix in the allocation M5 uses
+#   M2j M2 with the load under the job's own 12 ranks (3 leaders, 9
+#       waiting): what M3 does, through the CLI
 #   M3  in process: the replay calls kbundle.load_bundle(MPI.COMM_WORLD)
 #   M4  every node reads: mpirun 1/node kbundle extract from sshfs, replay
 #   M5  sbcast to node-local, srun 1/node kbundle extract, srun replay, in
@@ -41,7 +43,7 @@ slowruns=${KBUNDLE_BENCH_SLOW_RUNS:-3}
 rate=${KBUNDLE_BENCH_RATE:-1gbit}
 delay=${KBUNDLE_BENCH_DELAY:-1}
 nkernels=${KBUNDLE_BENCH_KERNELS:-1450}
-methods=${KBUNDLE_BENCH_METHODS:-M1 M2 M2s M3 M4 M5 M6 M7}
+methods=${KBUNDLE_BENCH_METHODS:-M1 M2 M2s M2j M3 M4 M5 M6 M7}
 pfs_host=198.18.0.250
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
@@ -153,11 +155,15 @@ run_method() {
 		"${mpirun[@]}" "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
 		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"
 		;;
+	M2j)
+		"${mpirun12[@]}" "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
+		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"
+		;;
 	M2s)
 		"${srun[@]}" -n 3 --mpi=pmix "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
 		"${srun[@]}" -n 12 --ntasks-per-node=4 sh -c "env $(envs "$work/exports") $rk $replay"
 		;;
-	M3) "${mpirun12[@]}" sh -c "env PYTHONPATH=$PWD/python:$mpi4py_site KBUNDLE_BENCH_LOAD=$pfs/set.kbundle KBUNDLE_BENCH_DEST=$dest $rk $replay" ;;
+	M3) "${mpirun12[@]}" sh -c "env PYTHONPATH=$PWD/python:$PWD/scripts/bench:$mpi4py_site KBUNDLE_BENCH_LOAD=$pfs/set.kbundle KBUNDLE_BENCH_DEST=$dest $rk $replay" ;;
 	M4)
 		"${mpirun[@]}" "$kb" extract -q "$pfs/set.kbundle" "$dest" >"$work/exports"
 		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kbundle/kbundle/internal/testutil"
 )
@@ -42,6 +43,27 @@ func TestBinding(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBindingIdleAbort: a rank that calls mpi.Abort while it waits in
+// IdleBarrier (as a load's timeout guard does on a rank waiting for its
+// node's leader) ends the job at once: the wait, one call on the MPI
+// thread, returns for the abort, not after Abort's 10 s fallback.
+func TestBindingIdleAbort(t *testing.T) {
+	for _, v := range testutil.MPIVariants {
+		t.Run(string(v), func(t *testing.T) {
+			prog := testutil.Build(t, v, "./test/mpi/internal/mpiprog")
+			start := time.Now()
+			stdout, stderr, code := testutil.RunMPI(t, v, 2, nil, prog, "-idle-abort")
+			took := time.Since(start)
+			if code == 0 || strings.Contains(stderr, "was not killed") {
+				t.Fatalf("exit %d, want the job aborted\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+			}
+			if took > 8*time.Second {
+				t.Errorf("the job ended %v after its start, want well before Abort's 10 s fallback\nstderr:\n%s", took.Round(time.Millisecond), stderr)
+			}
+		})
 	}
 }
 

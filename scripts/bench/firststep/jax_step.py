@@ -14,6 +14,8 @@ import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 t0 = time.monotonic()
+if os.environ.get("KBUNDLE_BENCH_LOAD"):
+    import bench_inproc  # noqa: F401 (mdlat.sh's inproc case: loads the set before JAX)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

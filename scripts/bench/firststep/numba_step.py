@@ -44,12 +44,7 @@ def main():
         return 0
     t0 = time.monotonic()
     if os.environ.get("KBUNDLE_BENCH_LOAD"):
-        # In process (mdlat.sh's inproc case): the set loaded into this
-        # job's own launch, before Numba is imported.
-        from mpi4py import MPI
-        import kbundle
-        kbundle.load_bundle(MPI.COMM_WORLD, bundle=os.environ["KBUNDLE_BENCH_LOAD"],
-                            dest=os.environ["KBUNDLE_BENCH_DEST"], strict=True)
+        import bench_inproc  # noqa: F401 (mdlat.sh's inproc case: loads the set)
     sys.path.insert(0, os.environ["KBUNDLE_BENCH_FNS"])
     import numpy as np
     import numba_fns

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/kbundle/kbundle/mpi"
 )
@@ -46,11 +47,33 @@ func otherThread(f func()) {
 	<-done
 }
 
+// abortWhileIdle: rank 0 never enters the barrier; the last rank waits
+// in IdleBarrier while another goroutine of it calls mpi.Abort(3), which
+// must end the job at once, not after Abort's 10 s fallback (test/mpi
+// TestBindingIdleAbort). Rank 0 sleeps until it is killed.
+func abortWhileIdle(w *mpi.Comm) {
+	if rank == 0 {
+		time.Sleep(time.Minute)
+		failf("rank 0 was not killed by the last rank's abort")
+		os.Exit(1)
+	}
+	if rank == w.Size()-1 {
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			mpi.Abort(3)
+		}()
+	}
+	err := w.IdleBarrier(10 * time.Millisecond)
+	fmt.Fprintf(os.Stderr, "rank %d: IdleBarrier returned %v\n", rank, err)
+	time.Sleep(time.Minute)
+}
+
 func main() {
 	big := flag.Int64("big", 0, "also broadcast this many bytes in one Bcast call")
 	truncate := flag.Bool("truncate", true, "check that a mismatched broadcast is an *mpi.Error")
 	size := flag.Int("size", 1<<20+3, "bytes to broadcast in small pieces")
 	piece := flag.Int("piece", 4093, "piece size for the chunked broadcast")
+	idleAbort := flag.Bool("idle-abort", false, "the last rank calls mpi.Abort(3) while it waits in IdleBarrier for rank 0, which never comes")
 	flag.Parse()
 
 	if mpi.Initialized() {
@@ -70,6 +93,21 @@ func main() {
 	if rank == 0 {
 		fmt.Printf("library: %s\n", firstLine(mpi.LibraryVersion()))
 		fmt.Printf("enabled: %v\n", mpi.Enabled)
+	}
+
+	if *idleAbort {
+		abortWhileIdle(w)
+	}
+	// IdleBarrier: rank 0 comes late; every rank leaves after it came, and
+	// a barrier right after still matches (the waits leave no request).
+	if rank == 0 {
+		time.Sleep(200 * time.Millisecond)
+	}
+	before := time.Now()
+	must("idle barrier", w.IdleBarrier(10*time.Millisecond))
+	must("idle barrier, again", w.IdleBarrier(time.Millisecond))
+	if rank != 0 && n > 1 && time.Since(before) < 150*time.Millisecond {
+		failf("IdleBarrier returned after %v, before rank 0 came (200 ms)", time.Since(before))
 	}
 
 	// Chunked broadcast from the last rank, in many calls, from another thread.
