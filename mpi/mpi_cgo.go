@@ -248,7 +248,8 @@ const idleFirstPoll = 50 * time.Microsecond
 // ranks that work), it starts MPI_Ibarrier and tests it, sleeping in
 // between: first idleFirstPoll, each sleep twice the last, up to maxPoll.
 // A short barrier is seen done soon after it is; a long one costs one
-// test every maxPoll. The whole wait is one call on the MPI thread, in C:
+// test every maxPoll, and may take up to maxPoll a round to finish once
+// the last rank comes (a sleeping rank forwards nothing). The whole wait is one call on the MPI thread, in C:
 // a wait of Go timers and thread handoffs for each test cost the 9
 // waiting ranks of a 12-rank load on 2 cores 0.3-0.5 s of CPU each, while
 // their leaders worked. Abort ends the wait.
