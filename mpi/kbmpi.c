@@ -127,8 +127,7 @@ int kb_barrier(int h) {
 	return rc != MPI_SUCCESS ? rc : MPI_Barrier(c);
 }
 
-// One outstanding non-blocking barrier at a time (IdleBarrier holds a
-// lock on the Go side).
+// idle_stop: set once by kb_idle_stop (an abort), never cleared.
 static int idle_stop;
 
 // kb_idle_stop makes every kb_idle_barrier, now and later, return

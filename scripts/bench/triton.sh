@@ -48,8 +48,7 @@ pfs_host=198.18.0.250
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
 bench_traps
-pyenv=$(scripts/dev/pyenv-mpi.sh openmpi)
-mpi4py_site=$("$pyenv" -c 'import mpi4py, os; print(os.path.dirname(os.path.dirname(mpi4py.__file__)))')
+inpath=$(inproc_path)
 make python-lib >/dev/null
 if ! command -v rclone >/dev/null; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends rclone >/dev/null
@@ -151,19 +150,17 @@ rk="KBUNDLE_BENCH_KERNELS=$work/kernels"
 run_method() {
 	case $1 in
 	M1) "${mpirun12[@]}" sh -c "env TRITON_CACHE_DIR=$pfs/warm/triton $rk $replay" ;;
-	M2)
-		"${mpirun[@]}" "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
-		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"
-		;;
-	M2j)
-		"${mpirun12[@]}" "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
+	M2 | M2j)
+		local -a launch=("${mpirun[@]}") # M2j: the load under the job's 12 ranks
+		[[ $1 == M2 ]] || launch=("${mpirun12[@]}")
+		"${launch[@]}" "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
 		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"
 		;;
 	M2s)
 		"${srun[@]}" -n 3 --mpi=pmix "$kb" load -q --bundle "$pfs/set.kbundle" --to "$dest" >"$work/exports"
 		"${srun[@]}" -n 12 --ntasks-per-node=4 sh -c "env $(envs "$work/exports") $rk $replay"
 		;;
-	M3) "${mpirun12[@]}" sh -c "env PYTHONPATH=$PWD/python:$PWD/scripts/bench:$mpi4py_site KBUNDLE_BENCH_LOAD=$pfs/set.kbundle KBUNDLE_BENCH_DEST=$dest $rk $replay" ;;
+	M3) "${mpirun12[@]}" sh -c "env $inpath KBUNDLE_BENCH_LOAD=$pfs/set.kbundle KBUNDLE_BENCH_DEST=$dest $rk $replay" ;;
 	M4)
 		"${mpirun[@]}" "$kb" extract -q "$pfs/set.kbundle" "$dest" >"$work/exports"
 		"${mpirun12[@]}" sh -c "env $(envs "$work/exports") $rk $replay"
