@@ -26,9 +26,8 @@ changed since, as ``kbundle status`` does; :func:`clean` removes it, as
 See docs/python.md.
 """
 
-import importlib.metadata as _metadata
+from typing import TYPE_CHECKING, Any
 
-from ._clean import CleanResult, clean
 from ._errors import (
     BundleUnusableError,
     HarvestFailedError,
@@ -38,9 +37,26 @@ from ._errors import (
     KbundleWarning,
     LoadFailedError,
 )
-from ._harvest import HarvestNode, HarvestResult, PresetUse, harvest
 from ._load import LoadResult, load_bundle, mpi_library
-from ._status import TreeStatus, status
+
+if TYPE_CHECKING:
+    from ._clean import CleanResult, clean
+    from ._harvest import HarvestNode, HarvestResult, PresetUse, harvest
+    from ._status import TreeStatus, status
+
+#: The names imported on first use (PEP 562): a job that only loads does
+#: not pay for harvest's, clean's and status's imports (about 30 ms of
+#: the in-process load's start; issue 31).
+_LAZY = {
+    "CleanResult": "_clean",
+    "clean": "_clean",
+    "HarvestNode": "_harvest",
+    "HarvestResult": "_harvest",
+    "PresetUse": "_harvest",
+    "harvest": "_harvest",
+    "TreeStatus": "_status",
+    "status": "_status",
+}
 
 __all__ = [
     "BundleUnusableError",
@@ -63,10 +79,33 @@ __all__ = [
     "status",
 ]
 
-try:
-    # The installed distribution's version: kbundle/_version.py's, written
-    # by `make python` and `make wheel` (scripts/dev/version.sh), which
-    # `kbundle version` prints too.
-    __version__ = _metadata.version("kbundle")
-except _metadata.PackageNotFoundError:  # the source tree itself, not installed
-    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    elif name == "__version__":
+        value = _version()
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> "list[str]":
+    return sorted(set(globals()) | set(__all__) | {"__version__"})
+
+
+def _version() -> str:
+    """The installed distribution's version: kbundle/_version.py's,
+    written by `make python` and `make wheel` (scripts/dev/version.sh),
+    which `kbundle version` prints too. importlib.metadata is imported
+    only when asked (about 20 ms)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("kbundle")
+    except importlib.metadata.PackageNotFoundError:  # the source tree itself, not installed
+        return "0+unknown"

@@ -8,10 +8,8 @@ harvest takes it into the set."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -48,6 +46,9 @@ def save(dest: str) -> str:
     imported or its caches gained nothing."""
     if "torch" not in sys.modules:
         return ""
+    import hashlib  # here, not at import: load_bundle does not need them
+    import tempfile
+
     import torch.compiler  # type: ignore[import-not-found,unused-ignore]
 
     got = torch.compiler.save_cache_artifacts()

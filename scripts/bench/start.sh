@@ -10,14 +10,20 @@
 # with its best and median:
 #   true          mpirun true: the launch alone
 #   hello         mpirun of a C program that calls MPI_Init and MPI_Finalize
+#   hello-coll    the same with one MPI_Allreduce of an int between them: the
+#                 first collective's connections, which any job that
+#                 communicates pays once (Open MPI connects its TCP links on
+#                 first use)
 #   empty         mpirun kbundle load of a set of no files
 #   load PRESET   mpirun kbundle load --json of a 60-file, 0.3 MB set packed
 #                 with --preset PRESET (triton, numba, jax, inductor), into a
 #                 fresh DEST; its own cost is this minus hello
-#   probe         the toolchain probe alone: mpirun python3 reading the
-#                 versions load reads (importlib.metadata)
+#   probe         the toolchain probe alone: mpirun python3 of the probe
+#                 load runs (cmd/internal/hostinfo/probe.py), asked for the
+#                 numba preset's versions
 #   py-mpi4py     mpirun python3 -c 'from mpi4py import MPI' (an MPI Python
 #                 application's own start)
+#   py-mpi4py-coll  the same, then one allreduce (its first collective)
 #   py-inproc     the same, then kbundle.load_bundle(MPI.COMM_WORLD) of the
 #                 numba set: in-process, inside the application's launch
 # The set lives on the host file system every node sees. Needs the mpi4py
@@ -39,6 +45,48 @@ mpicc.openmpi -O2 -o "$work/hello" -x c - <<'EOF'
 #include <mpi.h>
 int main(int argc, char **argv) { MPI_Init(&argc, &argv); MPI_Finalize(); return 0; }
 EOF
+# lat: what one collective costs here, which a load pays about 20 times
+# (load's TestRunCollectives) and the hello never: the mean of 100
+# MPI_Allreduce of an int, 20 MPI_Comm_split and 20 MPI_Comm_split_type
+# (each makes a communicator), 50 MPI_Bcast of 64 KiB, on rank 0.
+mpicc.openmpi -O2 -o "$work/lat" -x c - <<'EOF'
+#include <mpi.h>
+#include <stdio.h>
+static char buf[1 << 16];
+int main(int argc, char **argv) {
+	int r, one = 1, sum, i;
+	double t, ar, sp, st, bc;
+	MPI_Comm c;
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &r);
+	MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	t = MPI_Wtime();
+	for (i = 0; i < 100; i++) MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	ar = (MPI_Wtime() - t) / 100;
+	t = MPI_Wtime();
+	for (i = 0; i < 20; i++) { MPI_Comm_split(MPI_COMM_WORLD, 0, r, &c); MPI_Comm_free(&c); }
+	sp = (MPI_Wtime() - t) / 20;
+	t = MPI_Wtime();
+	for (i = 0; i < 20; i++) { MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c); MPI_Comm_free(&c); }
+	st = (MPI_Wtime() - t) / 20;
+	t = MPI_Wtime();
+	for (i = 0; i < 50; i++) MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
+	bc = (MPI_Wtime() - t) / 50;
+	if (r == 0) printf("allreduce %.2f ms, comm_split %.2f ms, comm_split_type %.2f ms, bcast of 64 KiB %.2f ms", ar * 1e3, sp * 1e3, st * 1e3, bc * 1e3);
+	MPI_Finalize();
+	return 0;
+}
+EOF
+mpicc.openmpi -O2 -o "$work/hello-coll" -x c - <<'EOF'
+#include <mpi.h>
+int main(int argc, char **argv) {
+	int one = 1, sum;
+	MPI_Init(&argc, &argv);
+	MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	MPI_Finalize();
+	return 0;
+}
+EOF
 
 # The sets: 60 files of 5 kB (random, as compiled code is to zstd), one
 # per preset, and one of no files.
@@ -48,15 +96,16 @@ presets="triton numba jax inductor"
 for p in $presets; do "$kb" pack -q --dir "$work/tree" -o "$work/$p.kbundle" --preset "$p" 2>/dev/null; done
 "$kb" pack -q --dir "$work/empty" -o "$work/empty.kbundle" 2>/dev/null
 chmod -R a+rX "$work"
-probe='from importlib import metadata
-for n in ("numba", "llvmlite", "jax", "jaxlib", "torch", "triton"):
-    try: metadata.version(n)
-    except Exception: pass'
+probe=$PWD/cmd/internal/hostinfo/probe.py
+want='{"toolchain.numba": ["numba"], "toolchain.llvmlite": ["llvmlite"], "toolchain.numba_cuda": ["numba-cuda", "numba_cuda"], "toolchain.cuda_runtime": ["nvidia-cuda-runtime-cu13", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime"]}'
 inproc="from mpi4py import MPI; import kbundle, sys; kbundle.load_bundle(MPI.COMM_WORLD, bundle=sys.argv[1], dest=sys.argv[2])"
 export PYTHONPATH=$PWD/python
+# Byte-compiled, as pip installs it (mpi4py's is): a Python started with
+# PYTHONDONTWRITEBYTECODE would compile kbundle's sources on every run.
+"$python" -m compileall -q python/kbundle
 
 # shellcheck disable=SC2086 # one case per preset
-cases="true hello empty $(printf 'load-%s ' $presets)probe py-mpi4py py-inproc"
+cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc"
 echo "| ranks | case | best s | median s | best - hello s | runs (s) |"
 echo "|---|---|---|---|---|---|"
 for ppn in $ppns; do
@@ -70,10 +119,12 @@ for ppn in $ppns; do
 			case $c in
 			true) "${run[@]}" true ;;
 			hello) "${run[@]}" "$work/hello" ;;
+			hello-coll) "${run[@]}" "$work/hello-coll" ;;
 			empty) "${run[@]}" "$kb" load -q --bundle "$work/empty.kbundle" --to "$local/start" ;;
 			load-*) "${run[@]}" "$kb" load --json --bundle "$work/${c#load-}.kbundle" --to "$local/start" >/dev/null ;;
-			probe) "${run[@]}" "$python" -c "$probe" ;;
+			probe) "${run[@]}" "$python" "$probe" "$want" >/dev/null ;;
 			py-mpi4py) "${run[@]}" "$python" -c 'from mpi4py import MPI' ;;
+			py-mpi4py-coll) "${run[@]}" "$python" -c 'from mpi4py import MPI; MPI.COMM_WORLD.allreduce(1)' ;;
 			py-inproc) "${run[@]}" "$python" -c "$inproc" "$work/numba.kbundle" "$local/start" ;;
 			esac 2>>"$work/stderr.log"
 			t1=$(now)
@@ -89,7 +140,8 @@ for ppn in $ppns; do
 		med=$(printf '%s\n' ${all[$c]} | median)
 		printf '| 3 x %d | %s | %.3f | %.3f | %+.3f | %s|\n' "$ppn" "$c" "$best" "$med" "$(echo "$best - $hello_best" | bc)" "${all[$c]}"
 	done
+	echo "| 3 x $ppn | one collective (lat, once) | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
 	unset all
 done
 echo
-echo "3 nodes (namespaces), links shaped to $rate each way (tc tbf), Open MPI over TCP; $runs runs of each case, interleaved; $(nproc) cores. py-inproc - py-mpi4py is load_bundle's in-process cost; load-* - hello is the CLI load's own."
+echo "3 nodes (namespaces), links shaped to $rate each way (tc tbf), Open MPI over TCP; $runs runs of each case, interleaved; $(nproc) cores. py-inproc - py-mpi4py is load_bundle's in-process cost; load-* - hello is the CLI load's own, of which hello-coll - hello is the first collective's."

@@ -11,8 +11,8 @@
 # daemons and ranks, the holders), identified by the node's network
 # namespace, then the cluster's munged (by its pid file, checked against its
 # command line), removes the links, network namespaces and the bridge it
-# recorded, and the owner record. Nothing the state folder does not record is
-# touched. It is idempotent and always exits 0, so a trap can call it after
+# recorded, the nodes' block in /etc/hosts, and the owner record. Nothing
+# the state folder does not record is touched. It is idempotent and always exits 0, so a trap can call it after
 # any failure; what it did is reported on stderr.
 set -u
 
@@ -115,6 +115,10 @@ if [[ -r $STATE/nodes/bridge ]]; then
 	br=$(cat "$STATE/nodes/bridge")
 	ip link del "$br" 2>/dev/null && say "removed bridge $br"
 	rm -f "$STATE/nodes/bridge"
+fi
+if [[ -r $STATE/nodes/etc-hosts ]]; then
+	hosts_block /etc/hosts && say "removed the nodes from /etc/hosts"
+	rm -f "$STATE/nodes/etc-hosts"
 fi
 rm -f "$STATE"/nodes/*.pid "$STATE/rsh"
 if [[ -r $OWNER && $(cat "$OWNER") == "$STATE" ]]; then

@@ -141,15 +141,25 @@ echo "$BRIDGE" >"$STATE/nodes/bridge"
 ip addr add "$NET.254/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 
-# /etc/hosts inside the nodes: the machine's own plus every node.
-{
-	cat /etc/hosts
-	echo "# kbundle test cluster ($STATE)"
+# /etc/hosts inside the nodes: the machine's own plus every node; and the
+# same names in the machine's own, where the launchers run (lib.sh,
+# hosts_block), recorded for nscluster-down.sh.
+hostlines=$(
 	echo "$CTLADDR $CTL"
 	for ((n = 1; n <= NODES; n++)); do
 		echo "$NET.$n kbn$n"
 	done
+)
+{
+	hosts_strip </etc/hosts
+	echo "# kbundle test cluster ($STATE)"
+	echo "$hostlines"
 } >"$STATE/nodes/hosts"
+if hosts_block /etc/hosts "$hostlines" 2>/dev/null; then
+	echo /etc/hosts >"$STATE/nodes/etc-hosts"
+else
+	say "warning: cannot add the nodes to /etc/hosts: launchers here resolve kbn1..kbn$NODES through DNS, and a lost reply costs 5 s"
+fi
 
 # node NAME ADDR VETH: make one node and start its holder.
 node() {

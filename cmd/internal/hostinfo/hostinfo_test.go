@@ -1,6 +1,8 @@
 package hostinfo
 
 import (
+	"archive/zip"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -162,4 +164,73 @@ func numbaSite(t *testing.T) (site string, getenv func(string) string, keys []st
 	os.WriteFile(filepath.Join(site, "numba-0.99.1.dist-info", "METADATA"), []byte("Metadata-Version: 2.1\nName: numba\nVersion: 0.99.1\n"), 0o644)
 	env := map[string]string{"PATH": os.Getenv("PATH"), "PYTHONPATH": site, "CXX": "true"}
 	return site, func(k string) string { return env[k] }, []string{bundle.MetaPython, bundle.MetaNumba, bundle.MetaCXX}
+}
+
+// The probe reads every version importlib.metadata.version reads, on
+// vectors (testdata/probe: names to normalise, a METADATA whose version
+// differs from its folder's name, egg-info files and folders, a
+// distribution shadowed by an earlier sys.path entry, one without a
+// version, torch/version.py's cuda) and on every distribution this
+// machine's python3 has; with a zip on sys.path it leaves the answer to
+// importlib.metadata, which must agree too.
+func TestProbeMatchesMetadata(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	abs, _ := filepath.Abs("testdata/probe")
+	site1, site2 := filepath.Join(abs, "site1"), filepath.Join(abs, "site2")
+	zipped := filepath.Join(t.TempDir(), "dists.zip")
+	writeZip(t, zipped, map[string]string{"zipped-2.5.dist-info/METADATA": "Name: zipped\nVersion: 2.5\n"})
+	script := filepath.Join(t.TempDir(), "probe.py")
+	os.WriteFile(script, []byte(ProbeScript), 0o644)
+	names := `["Foo.Bar", "foo-bar", "FOO_BAR", "mixed-case", "legacy", "legacydir", "only2", "noversion", "zipped", "nope", "numba"]`
+	for _, tc := range []struct {
+		path string
+		want map[string]string // name → version; "" must be absent
+	}{
+		{site1 + ":" + site2, map[string]string{"Foo.Bar": "1.0", "foo-bar": "1.0", "mixed-case": "4.0.post1", "legacy": "3.1",
+			"legacydir": "0.9", "only2": "5.0", "noversion": "", "nope": "", "zipped": "", "toolchain.torch_cuda": "12.4"}},
+		{site2 + ":" + site1, map[string]string{"foo-bar": "9.9", "FOO_BAR": "9.9", "legacy": "7.0", "mixed-case": "4.0.post1"}},
+		{site1 + ":" + filepath.Join(abs, "missing") + ":" + zipped, map[string]string{"zipped": "2.5", "Foo.Bar": "1.0", "nope": ""}},
+		{"", nil}, // the machine's own distributions only
+	} {
+		cmd := exec.Command(py, "testdata/probe/reference.py", script, names)
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+tc.path)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("PYTHONPATH=%s: %v", tc.path, err)
+		}
+		var res struct {
+			Got  map[string]string
+			Diff [][]any
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("PYTHONPATH=%s: %v: %s", tc.path, err, out)
+		}
+		for _, d := range res.Diff {
+			t.Errorf("PYTHONPATH=%s: %v: the probe read %v, importlib.metadata %v", tc.path, d[0], d[1], d[2])
+		}
+		for n, v := range tc.want {
+			if res.Got[n] != v {
+				t.Errorf("PYTHONPATH=%s: %s = %q, want %q", tc.path, n, res.Got[n], v)
+			}
+		}
+	}
+}
+
+func writeZip(t *testing.T, name string, files map[string]string) {
+	t.Helper()
+	f, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := zip.NewWriter(f)
+	for n, body := range files {
+		fw, _ := w.Create(n)
+		fw.Write([]byte(body))
+	}
+	if err := w.Close(); err != nil || f.Close() != nil {
+		t.Fatal(err)
+	}
 }

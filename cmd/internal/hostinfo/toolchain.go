@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,35 +48,11 @@ var distributions = map[string][]string{
 // read from torch/version.py, all without importing a framework. Run as
 // a program, it prints probe(json.loads(sys.argv[1])) as one JSON object;
 // the Python package runs probe in its own interpreter instead (InProcess).
-const ProbeScript = `import json, sys
-def probe(want):
-    out = {"toolchain.python": "%d.%d.%d" % tuple(sys.version_info[:3])}
-    try:
-        from importlib import metadata
-    except ImportError:
-        metadata = None
-    for key, names in want.items():
-        for name in names:
-            try:
-                out[key] = metadata.version(name)
-                break
-            except Exception:
-                pass
-    if "toolchain.torch_cuda" in want:
-        try:
-            import importlib.util, os, re
-            spec = importlib.util.find_spec("torch")
-            if spec and spec.submodule_search_locations:
-                with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
-                    m = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
-                if m:
-                    out["toolchain.torch_cuda"] = m.group(1)
-        except Exception:
-            pass
-    return out
-if __name__ == "__main__":
-    print(json.dumps(probe(json.loads(sys.argv[1]))))
-`
+// It reads the versions as importlib.metadata.version does on Python 3.10
+// and later, without importing it where sys.path holds only folders.
+//
+//go:embed probe.py
+var ProbeScript string
 
 // Timeouts of the probes: a Python on a cold network file system takes a
 // while to start.

@@ -1,0 +1,1 @@
+raise ImportError('torch must not be imported')
