@@ -46,15 +46,12 @@ func SplitNodes(world NodeComm, ranksPerNode int) (*Nodes, error) {
 		n.Free()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	first, err := n.Node.AllreduceInt64(int64(world.Rank()), mpi.Min)
-	if err != nil {
+	// The node's first and last world ranks in one call: min(r) = -max(-r).
+	span := []int64{-int64(world.Rank()), int64(world.Rank())}
+	if err := AllreduceInts(n.Node, span, mpi.Max); err != nil {
 		return fail("node ranks", err)
 	}
-	last, err := n.Node.AllreduceInt64(int64(world.Rank()), mpi.Max)
-	if err != nil {
-		return fail("node ranks", err)
-	}
-	n.First, n.Last = int(first), int(last)
+	n.First, n.Last = int(-span[0]), int(span[1])
 	color := 1
 	if n.Leader {
 		color = 0

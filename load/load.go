@@ -546,17 +546,15 @@ func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet) (hel
 	if err != nil {
 		return false, true, nil, err
 	}
-	counts := [2]int64{}
+	counts := []int64{0, 0} // nodes that hold the set, nodes that refuse it
 	if held {
 		counts[0] = 1
 	}
 	if refuse != nil {
 		counts[1] = 1
 	}
-	for i := range counts {
-		if counts[i], err = group.AllreduceInt64(counts[i], mpi.Sum); err != nil {
-			return held, true, nil, commErr("set check", err)
-		}
+	if err := broadcast.AllreduceInts(group, counts, mpi.Sum); err != nil {
+		return held, true, nil, commErr("set check", err)
 	}
 	switch {
 	case counts[1] > 0: // refused somewhere: nothing streams, nothing changes anywhere

@@ -106,8 +106,15 @@ export PYTHONPATH=$PWD/python
 
 # shellcheck disable=SC2086 # one case per preset
 cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc"
-echo "| ranks | case | best s | median s | best - hello s | runs (s) |"
-echo "|---|---|---|---|---|---|"
+# paired CASE BASE: the median over the rounds of CASE's run minus BASE's
+# run of the same round (interleaved, so a slow spell of the machine
+# weighs on both)
+paired() {
+	# shellcheck disable=SC2086 # the runs, one per word
+	paste <(printf '%s\n' ${all[$1]}) <(printf '%s\n' ${all[$2]}) | awk '{print $1 - $2}' | median
+}
+echo "| ranks | case | best s | median s | best - hello s | median of (run - hello's run), paired s | runs (s) |"
+echo "|---|---|---|---|---|---|---|"
 for ppn in $ppns; do
 	np=$((3 * ppn))
 	run=("${mpirun[@]:0:${#mpirun[@]}-4}" --host "kbn1:$ppn,kbn2:$ppn,kbn3:$ppn" -np "$np" -x PYTHONPATH)
@@ -120,7 +127,7 @@ for ppn in $ppns; do
 			true) "${run[@]}" true ;;
 			hello) "${run[@]}" "$work/hello" ;;
 			hello-coll) "${run[@]}" "$work/hello-coll" ;;
-			empty) "${run[@]}" "$kb" load -q --bundle "$work/empty.kbundle" --to "$local/start" ;;
+			empty) "${run[@]}" "$kb" load -q --bundle "$work/empty.kbundle" --to "$local/start" >/dev/null ;;
 			load-*) "${run[@]}" "$kb" load --json --bundle "$work/${c#load-}.kbundle" --to "$local/start" >/dev/null ;;
 			probe) "${run[@]}" "$python" "$probe" "$want" >/dev/null ;;
 			py-mpi4py) "${run[@]}" "$python" -c 'from mpi4py import MPI' ;;
@@ -138,9 +145,12 @@ for ppn in $ppns; do
 		best=$(printf '%s\n' ${all[$c]} | sort -g | head -1)
 		# shellcheck disable=SC2086
 		med=$(printf '%s\n' ${all[$c]} | median)
-		printf '| 3 x %d | %s | %.3f | %.3f | %+.3f | %s|\n' "$ppn" "$c" "$best" "$med" "$(echo "$best - $hello_best" | bc)" "${all[$c]}"
+		printf '| 3 x %d | %s | %.3f | %.3f | %+.3f | %+.3f | %s|\n' "$ppn" "$c" "$best" "$med" "$(echo "$best - $hello_best" | bc)" \
+			"$(paired "$c" hello)" "${all[$c]}"
 	done
-	echo "| 3 x $ppn | one collective (lat, once) | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
+	printf '| 3 x %d | py-inproc - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$ppn" \
+		"$(paired py-inproc py-mpi4py)" "$(paired py-inproc py-mpi4py-coll)"
+	echo "| 3 x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
 	unset all
 done
 echo
