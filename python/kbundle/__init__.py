@@ -80,7 +80,6 @@ __all__ = [
 ]
 
 
-
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib

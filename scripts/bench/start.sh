@@ -23,13 +23,13 @@
 #                 numba preset's versions
 #   py-mpi4py     mpirun python3 -c 'from mpi4py import MPI' (an MPI Python
 #                 application's own start)
-#   py-mpi4py-coll  the same, then one allreduce (its first collective)
+#   py-mpi4py-coll  py-mpi4py, then one allreduce (its first collective)
+#   py-inproc     py-mpi4py, then kbundle.load_bundle(MPI.COMM_WORLD) of the
+#                 numba set: in-process, inside the application's launch
 # then, for each ranks per node, the in-process load's paired cost and one
 # line of what a collective costs here (lat, below). A case's paired
 # figure is the median over the rounds of its run minus the hello's run
 # of the same round.
-#   py-inproc     the same, then kbundle.load_bundle(MPI.COMM_WORLD) of the
-#                 numba set: in-process, inside the application's launch
 # The set lives on the host file system every node sees. Needs the mpi4py
 # environment of scripts/dev/pyenv-mpi.sh openmpi (made when missing) for
 # the py-* cases.

@@ -42,7 +42,7 @@ wait_gone() {
 # mpirun and mpiexec.hydra run in the root namespace and resolve every
 # host they are given (Open MPI 4's orte_ifislocal calls getaddrinfo for
 # each), and a name that is not in /etc/hosts goes to DNS, whose lost
-# replies cost the resolver's 5 s timeout (one launch in 5 to 30 here).
+# replies cost the resolver's 5 s timeout (here 1 launch in 3 to 20).
 # The block sits between these two lines; it is rewritten in place, since
 # a container's /etc/hosts is often a bind mount that cannot be replaced.
 hosts_begin='# kbundle test cluster: begin (nscluster-up.sh; nscluster-down.sh removes it)'

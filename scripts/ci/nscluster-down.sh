@@ -12,8 +12,9 @@
 # namespace, then the cluster's munged (by its pid file, checked against its
 # command line), removes the links, network namespaces and the bridge it
 # recorded, the nodes' block in /etc/hosts, and the owner record. Nothing
-# the state folder does not record is touched. It is idempotent and always exits 0, so a trap can call it after
-# any failure; what it did is reported on stderr.
+# the state folder does not record is touched. It is idempotent and always
+# exits 0, so a trap can call it after any failure; what it did is reported
+# on stderr.
 set -u
 
 # shellcheck source=SCRIPTDIR/lib.sh

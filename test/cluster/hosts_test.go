@@ -11,7 +11,7 @@ import (
 // The launching machine names every node in its own /etc/hosts while the
 // cluster is up (scripts/ci/lib.sh hosts_block): mpirun and mpiexec.hydra
 // resolve the hosts they are given there, and a name left to DNS cost a
-// 5 s resolver timeout in one launch in 5 to 30 (docs/cluster.md).
+// 5 s resolver timeout in 1 launch in 3 to 20 (docs/cluster.md).
 func TestClusterHostsHere(t *testing.T) {
 	c := needCluster(t)
 	hosts, err := os.ReadFile("/etc/hosts")

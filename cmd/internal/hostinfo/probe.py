@@ -5,9 +5,9 @@
 # framework. Run as a program, it prints probe(json.loads(sys.argv[1]))
 # as one JSON object; the Python package runs probe in its own
 # interpreter instead (hostinfo.InProcess). It imports nothing but json
-# and os where it can: importlib.metadata alone costs a Python start about
+# (os and sys are loaded with any Python) where it can: importlib.metadata alone costs a Python start about
 # 30 ms, on every node's leader, while MPI starts (issue 31).
-import json, sys
+import json, os, sys
 def _norm(name):
     # PEP 503's normalisation, as importlib.metadata's Prepared: runs of
     # "-", "_" and "." are one "_", lower case.
@@ -40,7 +40,6 @@ def _scan(names):
     # itself) says the version. None where sys.path holds a zip or an egg,
     # or a finder of its own may know distributions: importlib.metadata
     # answers there.
-    import os
     for f in sys.meta_path:
         if getattr(f, "find_distributions", None) and getattr(f, "__module__", "") not in ("_frozen_importlib_external", "importlib._bootstrap_external", "importlib.machinery"):
             return None
@@ -97,7 +96,7 @@ def probe(want):
                 break
     if "toolchain.torch_cuda" in want:
         try:
-            import importlib.util, os
+            import importlib.util
             spec = importlib.util.find_spec("torch")
             if spec and spec.submodule_search_locations:
                 with open(os.path.join(list(spec.submodule_search_locations)[0], "version.py")) as f:
