@@ -390,6 +390,10 @@ func mergeLines(out string, in []string) (*mergeResult, error) {
 				if !ok || id == "" || own[id] {
 					continue
 				}
+				// A CR ends a line of a CRLF file, never a value: one
+				// written before the line's end would be read back as
+				// the line ending it is (FuzzMergeLines).
+				values = strings.TrimRight(values, "\r")
 				own[id] = true
 				old, held := rec[id]
 				switch {
