@@ -46,4 +46,7 @@ out = {
 if mode == "first":
     h = kbundle.harvest(comm)
     out["harvested_units"] = h.units
-print(json.dumps(out), flush=True)
+# One write with its newline: under PYTHONUNBUFFERED print() makes two, and
+# mpirun's forwarding can put another rank's line between them.
+sys.stdout.write(json.dumps(out) + "\n")
+sys.stdout.flush()

@@ -27,4 +27,7 @@ line = {
     "abi": _lib.abi(MPI),
     "mpi": MPI.Get_library_version().replace("\0", "").splitlines()[0],
 }
-print(json.dumps(line), flush=True)
+# One write with its newline: under PYTHONUNBUFFERED print() makes two, and
+# mpirun's forwarding can put another rank's line between them.
+sys.stdout.write(json.dumps(line) + "\n")
+sys.stdout.flush()
