@@ -13,7 +13,8 @@ type Nodes struct {
 	// Node holds the ranks of this rank's node; its rank 0 leads.
 	Node NodeComm
 	// Leaders holds the leaders of every node, in world rank order, when
-	// this rank leads; otherwise the other ranks.
+	// this rank leads; otherwise the other ranks. It is world itself
+	// where every rank of a Placed world leads.
 	Leaders NodeComm
 	// First and Last are the lowest and highest world ranks of this node.
 	First, Last int
@@ -23,15 +24,34 @@ type Nodes struct {
 	Leader bool
 
 	ranksPerNode, rank int
+	borrowed           bool // Leaders is the world itself: not freed
 }
 
 // SplitNodes splits world by node, collectively: by shared memory, or,
 // when ranksPerNode > 0 (a test's fake nodes), into nodes of ranksPerNode
-// consecutive ranks. An error names the step that failed ("split by
-// node", "node ranks", "split leaders", "count nodes"); the caller marks
-// it as a communicator failure in its own words. Free frees what it made.
+// consecutive ranks. A Placed world where every rank is alone on its node
+// needs no split: one all-reduce says so, each rank leads a node of its
+// own (Node is Self), and Leaders is world itself. An error names the
+// step that failed ("ranks on nodes", "split by node", "node ranks",
+// "split leaders"); the caller marks it as a communicator failure in its
+// own words. Free frees what it made.
 func SplitNodes(world NodeComm, ranksPerNode int) (*Nodes, error) {
 	n := &Nodes{ranksPerNode: ranksPerNode, rank: world.Rank()}
+	if p, ok := world.(Placed); ok && ranksPerNode <= 0 {
+		alone := int64(0)
+		if p.RanksOnNode() == 1 {
+			alone = 1
+		}
+		all, err := world.AllreduceInt64(alone, mpi.Min)
+		if err != nil {
+			return nil, fmt.Errorf("ranks on nodes: %w", err)
+		}
+		if all == 1 {
+			n.Node, n.Leaders, n.borrowed = Self(), world, true
+			n.First, n.Last, n.Count, n.Leader = n.rank, n.rank, world.Size(), true
+			return n, nil
+		}
+	}
 	var err error
 	if ranksPerNode > 0 {
 		n.Node, err = world.Split(world.Rank()/ranksPerNode, world.Rank())
@@ -46,12 +66,15 @@ func SplitNodes(world NodeComm, ranksPerNode int) (*Nodes, error) {
 		n.Free()
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	// The node's first and last world ranks in one call: min(r) = -max(-r).
-	span := []int64{-int64(world.Rank()), int64(world.Rank())}
-	if err := AllreduceInts(n.Node, span, mpi.Max); err != nil {
-		return fail("node ranks", err)
+	n.First, n.Last = world.Rank(), world.Rank()
+	if n.Node.Size() > 1 {
+		// The node's first and last world ranks in one call: min(r) = -max(-r).
+		span := []int64{-int64(world.Rank()), int64(world.Rank())}
+		if err := AllreduceInts(n.Node, span, mpi.Max); err != nil {
+			return fail("node ranks", err)
+		}
+		n.First, n.Last = int(-span[0]), int(span[1])
 	}
-	n.First, n.Last = int(-span[0]), int(span[1])
 	color := 1
 	if n.Leader {
 		color = 0
@@ -59,13 +82,40 @@ func SplitNodes(world NodeComm, ranksPerNode int) (*Nodes, error) {
 	if n.Leaders, err = world.Split(color, world.Rank()); err != nil {
 		return fail("split leaders", err)
 	}
-	count, err := world.AllreduceInt64(int64(1-color), mpi.Sum)
-	if err != nil {
-		return fail("count nodes", err)
+	// The split's two parts are the leaders and the others: no count.
+	n.Count = n.Leaders.Size()
+	if !n.Leader {
+		n.Count = world.Size() - n.Leaders.Size()
 	}
-	n.Count = int(count)
 	return n, nil
 }
+
+// A Placed communicator is one kbundle alone uses while it does, point-
+// to-point messages included (the CLI's MPI_COMM_WORLD, the library's
+// duplicate of the application's communicator), and knows from its
+// launcher's environment how many ranks the launcher put on this rank's
+// node (RanksOnNode; 0 where it does not say). Where every rank is alone
+// on its node, SplitNodes makes no communicator: the Placed one is the
+// leaders'. FromOwn makes one.
+type Placed interface {
+	NodeComm
+	RanksOnNode() int
+}
+
+// FromOwn adapts c, which kbundle alone uses while it does, as FromMPI
+// does, as a Placed communicator whose launcher put ranksOnNode ranks on
+// this rank's node (detect's LocalSize where its rank and size are c's;
+// else 0).
+func FromOwn(c *mpi.Comm, ranksOnNode int) NodeComm {
+	return placed{mpiComm{c}, ranksOnNode}
+}
+
+type placed struct {
+	mpiComm
+	onNode int
+}
+
+func (c placed) RanksOnNode() int { return c.onNode }
 
 // Dest is dest as this rank's node names it: dest itself on real nodes,
 // dest + ".node<k>" on the k-th fake node (SplitNodes' ranksPerNode), so
@@ -80,7 +130,7 @@ func (n *Nodes) Dest(dest string) string {
 
 // Free frees the communicators SplitNodes made.
 func (n *Nodes) Free() {
-	if n.Leaders != nil {
+	if n.Leaders != nil && !n.borrowed {
 		n.Leaders.Free()
 	}
 	n.Node.Free()

@@ -236,3 +236,27 @@ func OnEveryRank[T any](cs []*Comm, f func(c *Comm) T) []T {
 	wg.Wait()
 	return out
 }
+
+// Placed returns c as a broadcast.Placed communicator whose launcher
+// says it put onNode ranks on c's node (which need not be what World was
+// told: a test of a launcher that lies).
+func Placed(c *Comm, onNode int) broadcast.NodeComm { return placed{c, onNode} }
+
+// OnNode is how many ranks of c's world share c's node, as World was
+// told: what an honest launcher says.
+func (c *Comm) OnNode() int {
+	n := 0
+	for _, h := range c.g.nodes {
+		if h == c.g.nodes[c.rank] {
+			n++
+		}
+	}
+	return n
+}
+
+type placed struct {
+	*Comm
+	onNode int
+}
+
+func (p placed) RanksOnNode() int { return p.onNode }

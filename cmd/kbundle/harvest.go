@@ -105,7 +105,7 @@ func harvestAction(c *cli.Context) (err error) {
 			return jerr
 		}
 		defer done(&err) // err: harvestAction's result
-		world = broadcast.FromMPI(w)
+		world = loadcmd.Own(w, nil)
 	} else if det.MPI && det.Size > 1 && !opts.PerNode() {
 		return l.fail("this kbundle was built without MPI: harvest needs one (build with `CC=mpicc go build -tags mpi ./cmd/kbundle`)", exitUsage)
 	}

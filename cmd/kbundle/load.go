@@ -358,7 +358,7 @@ func (l *loader) withMPI(det detect.Result, opts loadcmd.Options) (err error) {
 			l.say("warning: " + msg)
 		}
 	}
-	return l.run(broadcast.FromMPI(w), opts, true, false)
+	return l.run(loadcmd.Own(w, nil), opts, true, false)
 }
 
 // run loads over world and reports.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/cmd/internal/loadcmd"
 	"github.com/kbundle/kbundle/detect"
 	"github.com/kbundle/kbundle/internal/hostlist"
@@ -45,7 +44,7 @@ func statusNodes(c *cli.Context, det detect.Result, dests []string, d time.Durat
 		return jerr
 	}
 	defer done(&err)
-	world := broadcast.FromMPI(w)
+	world := loadcmd.Own(w, nil)
 	var out statusNodesJSON
 	var bad int64
 	out.Nodes, bad, err = loadcmd.StatusNodes(world, dests, os.Getenv)

@@ -33,7 +33,7 @@ func harvestFortran(ctx context.Context, comm int64, req []byte) []byte {
 		return encode(loadcmd.HarvestFailure(loadcmd.Python, loadcmd.AtComm(err)))
 	}
 	defer c.Free()
-	return encode(runHarvest(ctx, broadcast.FromMPI(c), opts, local))
+	return encode(runHarvest(ctx, loadcmd.Own(c, r.Environ), opts, local))
 }
 
 // runHarvest harvests over world as `kbundle harvest` does; collective.

@@ -39,7 +39,7 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 		return encode(loadcmd.Failure(loadcmd.Python, loadcmd.AtComm(err)))
 	}
 	defer c.Free()
-	return encode(run(ctx, broadcast.FromMPI(c), opts, local))
+	return encode(run(ctx, loadcmd.Own(c, r.Environ), opts, local))
 }
 
 // run loads over world as `kbundle load` does; collective. Every rank

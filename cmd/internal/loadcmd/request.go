@@ -508,3 +508,28 @@ func CheckSingleton(environ map[string]string, worldSize int) error {
 	}
 	return nil
 }
+
+// Own is c, which kbundle alone uses while it does (the CLI's
+// MPI_COMM_WORLD, the library's duplicate of the caller's communicator),
+// as a broadcast.Placed communicator that knows how many ranks the
+// launcher put on this rank's node (ranksOnNode), so that a load, harvest
+// or status with one rank a node makes no communicator (issue 31).
+// environ is the caller's environment; nil: the process's.
+func Own(c *mpi.Comm, environ map[string]string) broadcast.NodeComm {
+	lookup := os.LookupEnv
+	if environ != nil {
+		lookup = func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
+	}
+	return broadcast.FromOwn(c, ranksOnNode(lookup, c.Rank(), c.Size()))
+}
+
+// ranksOnNode is how many ranks the launcher's variables say share this
+// rank's node, where they name rank of size as MPI does; else 0 (they do
+// not say, or of another communicator).
+func ranksOnNode(lookup func(string) (string, bool), rank, size int) int {
+	det, err := detect.Detect(lookup)
+	if err != nil || det.LocalSize < 1 || det.Rank != rank || det.Size != size {
+		return 0
+	}
+	return det.LocalSize
+}

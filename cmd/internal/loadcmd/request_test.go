@@ -148,3 +148,34 @@ func TestResolveGPUArchAndPython(t *testing.T) {
 		t.Errorf("the Python given is not the one asked: %v", err)
 	}
 }
+
+// TestRanksOnNode: the launcher's count of ranks on this node, trusted
+// only where its rank and size are the communicator's.
+func TestRanksOnNode(t *testing.T) {
+	ompi := func(rank, size, local string) map[string]string {
+		return map[string]string{"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": size, "OMPI_COMM_WORLD_LOCAL_SIZE": local,
+			"OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+	}
+	for _, c := range []struct {
+		name       string
+		env        map[string]string
+		rank, size int
+		want       int
+	}{
+		{"one a node", ompi("2", "3", "1"), 2, 3, 1},
+		{"four a node", ompi("2", "12", "4"), 2, 12, 4},
+		{"no launcher, one rank", map[string]string{}, 0, 1, 1},
+		{"another size: a sub-communicator", ompi("2", "3", "1"), 0, 2, 0},
+		{"another rank", ompi("2", "3", "1"), 1, 3, 0},
+		{"a singleton under a launcher", ompi("2", "3", "1"), 0, 1, 0},
+		{"unparsable", ompi("2", "3", "x"), 2, 3, 0},
+		{"hydra", map[string]string{"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "1", "MPI_LOCALRANKID": "0", "HYDRA_CONTROL_FD": "5"}, 1, 2, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }
+			if got := ranksOnNode(lookup, c.rank, c.size); got != c.want {
+				t.Errorf("ranksOnNode = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
