@@ -334,13 +334,15 @@ func follow(p2p P2P, plan Plan, mine *list) error {
 		return commErr("receive the origin", err)
 	}
 	var once sync.Once
-	sent := func() { once.Do(func() { plan.failpoint("transfer") }) }
+	out := newRunSender(p2p, plan.Chunk, func() { once.Do(func() { plan.failpoint("transfer") }) })
+	last := "the files"
 	for _, i := range choice {
-		if err := sendFile(p2p, plan, mine.Files[i], string(origin), plan.Chunk, sent); err != nil {
+		if err := out.add(plan, mine.Files[i], string(origin)); err != nil {
 			return err
 		}
+		last = mine.Files[i].Name
 	}
-	return nil
+	return out.flush(last)
 }
 
 // collect is rank 0's part of the leaders': it gathers every leader's

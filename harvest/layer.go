@@ -35,6 +35,7 @@ func writeLayer(ctx context.Context, p2p P2P, plan Plan, lists []*list, choice [
 		var first error
 		moved := false
 		for r, l := range lists {
+			rr := newRunReader(p2p, r, l.Files, choice[r], plan.Chunk)
 			for _, i := range choice[r] {
 				f := l.Files[i]
 				var err error
@@ -42,7 +43,7 @@ func writeLayer(ctx context.Context, p2p P2P, plan Plan, lists []*list, choice [
 				case db && r == 0:
 					err = dbs.keepLocal(copyRef{r, i}, plan.Dest, f, origin)
 				case db:
-					err = dbs.keepRemote(p2p, copyRef{r, i}, f, plan.Chunk)
+					err = dbs.keepRemote(rr, copyRef{r, i}, f)
 					if errors.Is(err, broadcast.ErrComm) {
 						commFail = err
 						return err
@@ -50,7 +51,7 @@ func writeLayer(ctx context.Context, p2p P2P, plan Plan, lists []*list, choice [
 				case r == 0:
 					err = copyLocal(w, plan.Dest, f, origin)
 				default:
-					err = recvFile(w, p2p, r, f, plan.Chunk)
+					err = recvFile(w, rr, f)
 					if errors.Is(err, broadcast.ErrComm) {
 						commFail = err
 						return err

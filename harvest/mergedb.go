@@ -193,28 +193,8 @@ func (m *merges) keepLocal(c copyRef, dest string, f File, origin string) error 
 }
 
 // keepRemote receives leader r's copy (every byte, as recvFile).
-func (m *merges) keepRemote(p P2P, c copyRef, f File, chunk int) error {
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		err := m.keep(c, f, pr)
-		pr.CloseWithError(err)
-		errc <- err
-	}()
-	buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
-	for left := f.Size; left > 0; {
-		b := buf[:min(int64(len(buf)), left)]
-		if err := recvPiece(p, c.r, b); err != nil {
-			err = commErr("receive "+f.Name, err)
-			pw.CloseWithError(err)
-			<-errc
-			return err
-		}
-		pw.Write(b)
-		left -= int64(len(b))
-	}
-	pw.Close()
-	return <-errc
+func (m *merges) keepRemote(rr *runReader, c copyRef, f File) error {
+	return rr.file(f, func(r io.Reader) error { return m.keep(c, f, r) })
 }
 
 // write merges each database's copies and adds the result to w; where

@@ -44,10 +44,26 @@ func absDest(d string) string {
 	return d
 }
 
-// sendFile sends exactly f.Size bytes of f (zeros past a file that
-// shrank or can no longer be read as listed: rank 0's digest check then
-// fails it), in chunks, calling sent after each.
-func sendFile(p P2P, plan Plan, f File, origin string, chunk int, sent func()) error {
+// A run is what one leader sends rank 0: its chosen files' bytes, in
+// the choice's order and back to back, cut into pieces of the chunk size
+// (the last one shorter), so that many small files cost a few messages,
+// not two each (issue 31).
+type runSender struct {
+	p     P2P
+	buf   []byte // the piece being filled
+	msg   []byte
+	sent  func() // after each piece sent
+	chunk int
+}
+
+func newRunSender(p P2P, chunk int, sent func()) *runSender {
+	return &runSender{p: p, buf: make([]byte, 0, chunk), chunk: chunk, sent: sent}
+}
+
+// add appends exactly f.Size bytes of f (zeros past a file that shrank or
+// can no longer be read as listed: rank 0's digest check then fails it),
+// sending each piece as it fills.
+func (s *runSender) add(plan Plan, f File, origin string) error {
 	var r io.Reader = bytes.NewReader(nil)
 	done := func() {}
 	root, err := os.OpenRoot(plan.Dest)
@@ -59,20 +75,93 @@ func sendFile(p P2P, plan Plan, f File, origin string, chunk int, sent func()) e
 		}
 	}
 	defer done()
-	buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
-	var msg []byte
 	for left := f.Size; left > 0; {
-		b := buf[:min(int64(len(buf)), left)]
+		if len(s.buf) == s.chunk {
+			if err := s.flush(f.Name); err != nil {
+				return err
+			}
+		}
+		b := s.buf[len(s.buf):][:min(int64(s.chunk-len(s.buf)), left)]
 		n, _ := io.ReadFull(r, b)
 		clear(b[n:])
-		msg = packPiece(msg, b)
-		if err := broadcast.SendMsg(p, msg, 0, tagData); err != nil {
-			return commErr("send "+f.Name, err)
-		}
+		s.buf = s.buf[:len(s.buf)+len(b)]
 		left -= int64(len(b))
-		sent()
 	}
 	return nil
+}
+
+// flush sends the piece filled so far, if any; what names the file being
+// sent, for an error.
+func (s *runSender) flush(what string) error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	s.msg = packPiece(s.msg, s.buf)
+	if err := broadcast.SendMsg(s.p, s.msg, 0, tagData); err != nil {
+		return commErr("send "+what, err)
+	}
+	s.buf = s.buf[:0]
+	s.sent()
+	return nil
+}
+
+// A runReader reads leader r's run on rank 0: left bytes in all, the
+// chosen files' sizes summed. A receive that fails is a communicator
+// failure, which every later Read returns too (err).
+type runReader struct {
+	p     P2P
+	r     int
+	left  int64
+	buf   []byte
+	cur   []byte // what is left of the last piece
+	err   error
+	chunk int
+}
+
+func newRunReader(p P2P, r int, files []File, choice []int, chunk int) *runReader {
+	var n int64
+	for _, i := range choice {
+		n += files[i].Size
+	}
+	return &runReader{p: p, r: r, left: n, chunk: chunk}
+}
+
+func (rr *runReader) Read(b []byte) (int, error) {
+	if rr.err != nil {
+		return 0, rr.err
+	}
+	if len(rr.cur) == 0 {
+		if rr.left == 0 {
+			return 0, io.EOF
+		}
+		if rr.buf == nil {
+			rr.buf = make([]byte, min(int64(rr.chunk), rr.left))
+		}
+		piece := rr.buf[:min(int64(len(rr.buf)), rr.left)]
+		if err := recvPiece(rr.p, rr.r, piece); err != nil {
+			rr.err = err
+			return 0, err
+		}
+		rr.left -= int64(len(piece))
+		rr.cur = piece
+	}
+	n := copy(b, rr.cur)
+	rr.cur = rr.cur[n:]
+	return n, nil
+}
+
+// file hands f's bytes of the run to use, then drops what use left
+// unread (all of it where the layer holds the content already), so that
+// the next file starts where it should and every send completes. A
+// communicator failure wins over use's error.
+func (rr *runReader) file(f File, use func(io.Reader) error) error {
+	lr := &io.LimitedReader{R: rr, N: f.Size}
+	err := use(lr)
+	io.Copy(io.Discard, lr)
+	if rr.err != nil {
+		return commErr("receive "+f.Name, rr.err)
+	}
+	return err
 }
 
 // A piece of a file, leader to rank 0, is one message (broadcast.SendMsg):
@@ -162,50 +251,20 @@ func recvPiece(p P2P, r int, b []byte) error {
 	return err
 }
 
-// recvFile receives f from leader r into w. Every byte is received even
-// when w failed, so that the leaders' sends complete.
-func recvFile(w *bundle.Writer, p P2P, r int, f File, chunk int) error {
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		err := w.CopyFile(f.Name, fs.FileMode(f.Mode), time.Unix(0, f.Mtime), f.Size, f.Digest, pr)
-		pr.CloseWithError(err)
-		errc <- err
-	}()
-	buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
-	var commFail error
-	for left := f.Size; left > 0; {
-		b := buf[:min(int64(len(buf)), left)]
-		if err := recvPiece(p, r, b); err != nil {
-			commFail = commErr("receive "+f.Name, err)
-			break
-		}
-		pw.Write(b) // after a CopyFile error, the write fails and the bytes are dropped
-		left -= int64(len(b))
-	}
-	if commFail != nil {
-		pw.CloseWithError(commFail)
-		<-errc
-		return commFail
-	}
-	pw.Close()
-	return <-errc
+// recvFile adds f, the next file of leader r's run, to w.
+func recvFile(w *bundle.Writer, rr *runReader, f File) error {
+	return rr.file(f, func(r io.Reader) error {
+		return w.CopyFile(f.Name, fs.FileMode(f.Mode), time.Unix(0, f.Mtime), f.Size, f.Digest, r)
+	})
 }
 
-// drain receives and drops the files chosen from the leaders (all but
-// rank 0's own), so that their sends complete.
+// drain receives and drops the runs of the leaders (all but rank 0), so
+// that their sends complete.
 func drain(p P2P, lists []*list, choice [][]int, chunk int) error {
 	for r := 1; r < len(lists); r++ {
-		for _, i := range choice[r] {
-			f := lists[r].Files[i]
-			buf := make([]byte, min(int64(chunk), max(f.Size, 1)))
-			for left := f.Size; left > 0; {
-				b := buf[:min(int64(len(buf)), left)]
-				if err := recvPiece(p, r, b); err != nil {
-					return commErr("receive "+f.Name, err)
-				}
-				left -= int64(len(b))
-			}
+		rr := newRunReader(p, r, lists[r].Files, choice[r], chunk)
+		if _, err := io.Copy(io.Discard, rr); err != nil {
+			return commErr("receive the files of "+where(lists[r]), err)
 		}
 	}
 	return nil
