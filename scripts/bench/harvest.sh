@@ -32,7 +32,10 @@
 #                  careful way without harvest: fast at 3 nodes, but the
 #                  shared units are stored once per node and every job adds
 #                  one layer per node)
-#   with the bytes the nodes sent and received over their links during each
+#   KBUNDLE_BENCH_HARVEST_METHODS picks some of them (default all five);
+#   KBUNDLE_BENCH_KB_B=BINARY adds harvest-b, the same harvest with another
+#   kbundle build (an older commit's), interleaved with the others: an A/B
+#   of one run. With the bytes the nodes sent and received over their links during each
 #   (the last run's: the leaders' to rank 0, rank 0's to the file server,
 #   the reads from it) against the layer's packed size, and the peak RSS of
 #   rank 0 and of the other leaders (the last run's).
@@ -70,6 +73,9 @@ rate=${KBUNDLE_BENCH_RATE:-1gbit}
 parts=${KBUNDLE_BENCH_PARTS:-harvest firststep}
 frameworks=${KBUNDLE_BENCH_FRAMEWORKS:-numba jax inductor}
 deltas=${KBUNDLE_BENCH_DELTA_FILE_SIZES:-100000 400000} # bytes per file of the new units, one harvest case each
+methods=${KBUNDLE_BENCH_HARVEST_METHODS:-harvest launch pack-delta pack+merge node-layers}
+kb_b=${KBUNDLE_BENCH_KB_B:-}
+[[ -z $kb_b ]] || methods+=" harvest-b"
 # shellcheck source=scripts/bench/cluster.sh
 . scripts/bench/cluster.sh
 bench_traps
@@ -131,9 +137,10 @@ harvest_case() {
 		for i in 1 2 3; do /usr/bin/python3 $PWD/scripts/bench/gen_units.py $local/delta own-kbn\$i 20 5 $unit \$((i - 1))3; done"
 	# Runs outside, methods inside, in an order rotated by one each run.
 	for ((r = 0; r < runs; r++)); do
-		for method in $(rotate "$r" harvest launch pack-delta pack+merge node-layers); do
+		# shellcheck disable=SC2086 # the methods, split
+		for method in $(rotate "$r" $methods); do
 			case $method in
-			harvest) rm -rf "$set.d" ;;
+			harvest | harvest-b) rm -rf "$set.d" ;;
 			pack-delta) rm -f "$pfs_server/delta.kbundle" ;;
 			pack+merge | node-layers)
 				rm -rf "$pfs_server/mset.kbundle" "$pfs_server/mset.kbundle.d"
@@ -149,6 +156,9 @@ harvest_case() {
 			case $method in
 			harvest) # into the set as it was
 				"${mpirun[@]}" sh -c "$(rss harvest) $kb harvest -q --bundle $pfs/hset.kbundle --to $dest" >/dev/null
+				;;
+			harvest-b) # the same, with the other build
+				"${mpirun[@]}" sh -c "$(rss harvest-b) $kb_b harvest -q --bundle $pfs/hset.kbundle --to $dest" >/dev/null
 				;;
 			launch) # what any collective kbundle pays: mpirun, kbundle's start, MPI_Init, MPI_Finalize
 				"${mpirun[@]}" "$kb" status "$local/none" >/dev/null
@@ -175,7 +185,7 @@ harvest_case() {
 		done
 	done
 	local -A med=()
-	for method in harvest launch pack-delta pack+merge node-layers; do
+	for method in $methods; do
 		# shellcheck disable=SC2086 # the runs, split
 		med[$method]=$(printf '%s\n' ${times[$method]} | median)
 	done
@@ -184,10 +194,10 @@ harvest_case() {
 	echo "| method | min / median / max s | runs (s) | median x harvest | MiB sent by rank 0's node / by the other nodes | MiB received by rank 0's node / by the other nodes | sent / layer's packed size | peak RSS rank 0 / other leaders (MiB) |"
 	echo "|---|---|---|---|---|---|---|---|"
 	local s0 sl i0 il rssv
-	for method in harvest launch pack-delta pack+merge node-layers; do
+	for method in $methods; do
 		read -r s0 sl i0 il <<<"${bytes[$method]}"
 		case $method in
-		harvest) rssv=$(rssof harvest) ;;
+		harvest | harvest-b) rssv=$(rssof "$method") ;;
 		pack+merge) rssv="$(rssof pack+merge) (merge, on kbn1)" ;;
 		node-layers) rssv="$(rssof node-layers) (pack)" ;;
 		*) rssv= ;;
@@ -206,8 +216,12 @@ harvest_case() {
 	# The units rank 0 lacked are kbn2's and kbn3's own: 40 of the 100, as
 	# large as the others, so about 0.4 of the layer's packed size.
 	moved="$(echo "scale=2; $hl / (0.4 * $layer)" | bc)"
-	echo "- harvest / pack-delta = $(ratio "${med[harvest]} / ${med[pack-delta]}") (goal <= 1.5); launch-netted, (harvest - launch) / pack-delta = $(ratio "(${med[harvest]} - ${med[launch]}) / ${med[pack-delta]}") (medians; pack-delta pays no launch)."
-	echo "- harvest / pack+merge = $(ratio "${med[harvest]} / ${med[pack+merge]}") (goal <= 0.5); harvest / node-layers = $(ratio "${med[harvest]} / ${med[node-layers]}"). node-layers stores $(mib "$stored") MiB in 3 layers, $(ratio "$stored / $layer") x harvest's one layer, and adds one layer per node per job."
+	if [[ -n ${med[pack-delta]:-} && -n ${med[launch]:-} ]]; then
+		echo "- harvest / pack-delta = $(ratio "${med[harvest]} / ${med[pack-delta]}") (goal <= 1.5); launch-netted, (harvest - launch) / pack-delta = $(ratio "(${med[harvest]} - ${med[launch]}) / ${med[pack-delta]}") (medians; pack-delta pays no launch)."
+		[[ -z ${med[harvest-b]:-} ]] || echo "- harvest-b ($kb_b): launch-netted, (harvest-b - launch) / pack-delta = $(ratio "(${med[harvest-b]} - ${med[launch]}) / ${med[pack-delta]}"); harvest / harvest-b = $(ratio "${med[harvest]} / ${med[harvest-b]}")."
+	fi
+	[[ -z ${med[pack+merge]:-} || -z ${med[node-layers]:-} ]] ||
+		echo "- harvest / pack+merge = $(ratio "${med[harvest]} / ${med[pack+merge]}") (goal <= 0.5); harvest / node-layers = $(ratio "${med[harvest]} / ${med[node-layers]}"). node-layers stores $(mib "$stored") MiB in 3 layers, $(ratio "$stored / $layer") x harvest's one layer, and adds one layer per node per job."
 	echo "- The other nodes' bytes sent in harvest are the units rank 0 lacked (2 x 20 units, compressed on the way, over MPI): $moved x their packed share of the layer (0.4 of it), each unit once. Rank 0's are the layer written to the file server, which it must cross once. Bytes received count what the nodes read from the file server and from each other (merge reads the base and the layers)."
 	echo "- Bytes and peak RSS are the last run's, not medians."
 	echo

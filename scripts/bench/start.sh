@@ -26,7 +26,10 @@
 #   py-mpi4py-coll  py-mpi4py, then one allreduce (its first collective)
 #   py-inproc     py-mpi4py, then kbundle.load_bundle(MPI.COMM_WORLD) of the
 #                 numba set: in-process, inside the application's launch
-# then, for each ranks per node, the in-process load's paired cost and one
+# KBUNDLE_BENCH_KB_B=BINARY adds empty-b and load-numba-b: those cases
+# with another kbundle build (an older commit's), interleaved with the
+# rest, an A/B of one run.
+# Then, for each ranks per node, the in-process load's paired cost and one
 # line of what a collective costs here (lat, below). A case's paired
 # figure is the median over the rounds of its run minus the hello's run
 # of the same round.
@@ -110,6 +113,8 @@ export PYTHONPATH=$PWD/python
 
 # shellcheck disable=SC2086 # one case per preset
 cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc"
+kb_b=${KBUNDLE_BENCH_KB_B:-}
+[[ -z $kb_b ]] || cases+=" empty-b load-numba-b"
 # paired CASE BASE: the median over the rounds of CASE's run minus BASE's
 # run of the same round (interleaved, so a slow spell of the machine
 # weighs on both)
@@ -132,6 +137,8 @@ for ppn in $ppns; do
 			hello) "${run[@]}" "$work/hello" ;;
 			hello-coll) "${run[@]}" "$work/hello-coll" ;;
 			empty) "${run[@]}" "$kb" load -q --bundle "$work/empty.kbundle" --to "$local/start" >/dev/null ;;
+			empty-b) "${run[@]}" "$kb_b" load -q --bundle "$work/empty.kbundle" --to "$local/start" >/dev/null ;;
+			load-*-b) c0=${c#load-} && "${run[@]}" "$kb_b" load --json --bundle "$work/${c0%-b}.kbundle" --to "$local/start" >/dev/null ;;
 			load-*) "${run[@]}" "$kb" load --json --bundle "$work/${c#load-}.kbundle" --to "$local/start" >/dev/null ;;
 			probe) "${run[@]}" "$python" "$probe" "$want" >/dev/null ;;
 			py-mpi4py) "${run[@]}" "$python" -c 'from mpi4py import MPI' ;;
