@@ -335,14 +335,12 @@ func follow(p2p P2P, plan Plan, mine *list) error {
 	}
 	var once sync.Once
 	out := newRunSender(p2p, plan.Chunk, func() { once.Do(func() { plan.failpoint("transfer") }) })
-	last := "the files"
 	for _, i := range choice {
 		if err := out.add(plan, mine.Files[i], string(origin)); err != nil {
 			return err
 		}
-		last = mine.Files[i].Name
 	}
-	return out.flush(last)
+	return out.flush()
 }
 
 // collect is rank 0's part of the leaders': it gathers every leader's

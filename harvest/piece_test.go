@@ -108,7 +108,7 @@ func TestRuns(t *testing.T) {
 					return err
 				}
 			}
-			return out.flush("the files")
+			return out.flush()
 		}
 		rr := newRunReader(c, 1, files, choice, chunk)
 		for _, i := range choice {

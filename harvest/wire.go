@@ -54,6 +54,7 @@ type runSender struct {
 	msg   []byte
 	sent  func() // after each piece sent
 	chunk int
+	name  string // the file added last, for an error
 }
 
 func newRunSender(p P2P, chunk int, sent func()) *runSender {
@@ -75,9 +76,10 @@ func (s *runSender) add(plan Plan, f File, origin string) error {
 		}
 	}
 	defer done()
+	s.name = f.Name
 	for left := f.Size; left > 0; {
 		if len(s.buf) == s.chunk {
-			if err := s.flush(f.Name); err != nil {
+			if err := s.flush(); err != nil {
 				return err
 			}
 		}
@@ -90,15 +92,14 @@ func (s *runSender) add(plan Plan, f File, origin string) error {
 	return nil
 }
 
-// flush sends the piece filled so far, if any; what names the file being
-// sent, for an error.
-func (s *runSender) flush(what string) error {
+// flush sends the piece filled so far, if any.
+func (s *runSender) flush() error {
 	if len(s.buf) == 0 {
 		return nil
 	}
 	s.msg = packPiece(s.msg, s.buf)
 	if err := broadcast.SendMsg(s.p, s.msg, 0, tagData); err != nil {
-		return commErr("send "+what, err)
+		return commErr("send "+s.name, err)
 	}
 	s.buf = s.buf[:0]
 	s.sent()

@@ -498,7 +498,7 @@ func (o Options) Plan(job string, usingMPI, tasks bool) (p load.Plan, err error)
 // fix, as the CLI's refusal does (detect.MismatchComm); nil otherwise. The
 // ABI is this library's build's.
 func CheckSingleton(environ map[string]string, worldSize int) error {
-	lookup := func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
+	lookup := lookupIn(environ)
 	det, err := detect.Detect(lookup)
 	if err != nil {
 		return nil // unparsable launcher variables: the load says nothing about them
@@ -518,9 +518,14 @@ func CheckSingleton(environ map[string]string, worldSize int) error {
 func Own(c *mpi.Comm, environ map[string]string) broadcast.NodeComm {
 	lookup := os.LookupEnv
 	if environ != nil {
-		lookup = func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
+		lookup = lookupIn(environ)
 	}
 	return broadcast.FromOwn(c, ranksOnNode(lookup, c.Rank(), c.Size()))
+}
+
+// lookupIn is os.LookupEnv over environ.
+func lookupIn(environ map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := environ[k]; return v, ok }
 }
 
 // ranksOnNode is how many ranks the launcher's variables say share this
