@@ -97,10 +97,18 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	choice := make([][]int, len(lists))
 	owner := map[string]int{} // unit → list index (lists are in rank order)
 	seen := map[string]int{}  // name+digest → how many nodes hold it
+	unitOf := make([][]string, len(lists))
+	byUnit := map[string][]string{} // unit → its files in its owner's list
 	for r, l := range lists {
-		for _, f := range l.Files {
-			if u := bundle.CacheUnit(f.Name); !has(owner, u) {
+		unitOf[r] = make([]string, len(l.Files))
+		for i, f := range l.Files {
+			u := bundle.CacheUnit(f.Name)
+			unitOf[r][i] = u
+			if !has(owner, u) {
 				owner[u] = r
+			}
+			if owner[u] == r {
+				byUnit[u] = append(byUnit[u], f.Name)
 			}
 			seen[f.Name+"\x00"+f.Dig]++
 		}
@@ -108,21 +116,23 @@ func choose(lists []*list, have map[string]string) (*Summary, [][]int) {
 	// A unit the set holds already, file for file, is not taken again
 	// (a DEST harvested twice without a load in between).
 	held := map[string]bool{}
-	for u, r := range owner {
+	for u := range owner {
 		held[u] = len(have) > 0
-		for _, f := range lists[r].Files {
-			if bundle.CacheUnit(f.Name) == u && have[f.Name] != f.Dig {
+	}
+	for r, l := range lists {
+		for i, f := range l.Files {
+			if u := unitOf[r][i]; owner[u] == r && have[f.Name] != f.Dig {
 				held[u] = false
 			}
 		}
 	}
-	conflict := dropConflicts(lists, owner, held)
+	conflict := dropConflicts(lists, owner, held, byUnit)
 	units := map[string]bool{}
 	for r, l := range lists {
 		nr := NodeReport{Host: l.Host, FirstRank: l.First, LastRank: l.Last, Skipped: l.Skipped, Error: l.Err, NoRecord: l.NoRecord, MissingDir: l.Missing,
 			Dest: l.Dest, DestNote: l.DestNote, OtherSet: l.OtherSet, UnitsUsed: len(l.Used), UsageUnknown: l.UsageUnknown}
 		for i, f := range l.Files {
-			u := bundle.CacheUnit(f.Name)
+			u := unitOf[r][i]
 			if held[u] {
 				continue
 			}
@@ -205,20 +215,16 @@ func has(m map[string]int, k string) bool { _, ok := m[k]; return ok }
 // directory, or a name below one of their files) is left out whole. It
 // returns the units left out, each with the reason for each of its files.
 // A layer's kind changes against the set are the merged view's to settle
-// (the newest wins), not a conflict.
-func dropConflicts(lists []*list, owner map[string]int, held map[string]bool) map[string]func(string) string {
-	byUnit := map[string][]string{}
-	for u, r := range owner {
-		if held[u] {
-			continue
-		}
-		for _, f := range lists[r].Files {
-			if bundle.CacheUnit(f.Name) == u {
-				byUnit[u] = append(byUnit[u], f.Name)
-			}
+// (the newest wins), not a conflict. byUnit holds each unit's files, in
+// its owner's list.
+func dropConflicts(lists []*list, owner map[string]int, held map[string]bool, byUnit map[string][]string) map[string]func(string) string {
+	var order []string
+	for u := range byUnit {
+		if !held[u] {
+			order = append(order, u)
 		}
 	}
-	order := slices.SortedFunc(maps.Keys(byUnit), func(a, b string) int {
+	slices.SortFunc(order, func(a, b string) int {
 		return cmp.Or(cmp.Compare(owner[a], owner[b]), strings.Compare(a, b))
 	})
 	files := map[string]int{}   // a file taken → its rank
