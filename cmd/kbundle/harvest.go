@@ -99,6 +99,10 @@ func harvestAction(c *cli.Context) (err error) {
 		return err
 	}
 	if usingMPI {
+		if det.MPI && det.LocalRank == 0 {
+			stop := opts.Prefetch() // runs while MPI_Init does, as load's
+			defer stop()
+		}
 		// As load joins MPI: the same refusal and guard.
 		w, done, jerr := l.joinMPI(det, "harvest", opts.Timeout)
 		if jerr != nil {

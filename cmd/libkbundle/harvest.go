@@ -21,6 +21,7 @@ func harvestFortran(ctx context.Context, comm int64, req []byte) []byte {
 	}
 	rank := mpi.World().Rank()
 	opts, local := loadcmd.ResolveHarvest(r, loadcmd.Python, rank)
+	probeInProcess(&opts)
 	if local == nil {
 		local = loadcmd.CheckSingleton(r.Environ, mpi.World().Size())
 	}

@@ -23,9 +23,7 @@ func loadFortran(ctx context.Context, comm int64, req []byte) []byte {
 	}
 	rank := mpi.World().Rank()
 	opts, local := loadcmd.Resolve(r, loadcmd.Python, rank)
-	if f := probeFn.Load(); f != nil { // the interpreter compared is the caller's own (sys.executable)
-		opts.ProbeInProcess(callProbe(*f))
-	}
+	probeInProcess(&opts)
 	if local == nil {
 		local = loadcmd.CheckSingleton(r.Environ, mpi.World().Size())
 	}

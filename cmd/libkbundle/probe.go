@@ -40,6 +40,17 @@ func kbundle_set_probe(f C.kb_probe_fn) {
 	probeFn.Store(&f)
 }
 
+// probeInProcess has o read Python's versions with the registered probe,
+// where there is one: the interpreter a load or harvest of the Python
+// front end compares is the caller's own (sys.executable).
+func probeInProcess(o interface {
+	ProbeInProcess(func(script string, want []byte) ([]byte, error))
+}) {
+	if f := probeFn.Load(); f != nil {
+		o.ProbeInProcess(callProbe(*f))
+	}
+}
+
 // maxProbeAnswer bounds the probe's answer: a few dozen versions.
 const maxProbeAnswer = 1 << 20
 

@@ -134,6 +134,7 @@ func loadTransport(ctx context.Context, t *C.kbundle_transport, req []byte) []by
 	}
 	rank := int(t.rank)
 	opts, local := loadcmd.Resolve(r, loadcmd.Python, rank)
+	probeInProcess(&opts)
 	host, _ := os.Hostname()
 	defer loadcmd.Guard(loadcmd.Python, opts.Timeout, rank, host, exitJob)()
 	defer onTerm()()
@@ -148,6 +149,7 @@ func harvestTransport(ctx context.Context, t *C.kbundle_transport, req []byte) [
 	}
 	rank := int(t.rank)
 	opts, local := loadcmd.ResolveHarvest(r, loadcmd.Python, rank)
+	probeInProcess(&opts)
 	host, _ := os.Hostname()
 	defer loadcmd.HarvestGuard(loadcmd.Python, opts.Timeout, rank, host, exitJob)()
 	defer onTerm()()

@@ -61,6 +61,9 @@ type HarvestOptions struct {
 	dest    string        // given, or $KBUNDLE_LOCAL_DIR; "": the default (load.Dest)
 	getenv  func(string) string
 	perNode bool
+	// toolchain reads the toolchain's versions (hostinfo.Toolchain, or a
+	// Prefetch's answer).
+	toolchain func(keys []string) (map[string]string, error)
 }
 
 // PerNode reports whether this task harvests its node alone, over
@@ -101,15 +104,13 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 			return o, err
 		}
 	}
-	// One reading of this node's machine and toolchain (a Python probe)
-	// serves both the layer's record (Meta, rank 0) and the cause rules
-	// (Local): rank 0 may need both.
-	meta := onceByDest(HarvestMeta(r.Python, o.getenv))
 	o.plan = harvest.Plan{Host: k.Host, Trust: k.Trust, RanksPerNode: k.RanksPerNode, DryRun: r.DryRun, MaxSize: r.MaxSize,
-		Failpoint: r.Failpoint, Meta: meta, Getenv: o.getenv, Local: meta, Python: r.Python}
+		Failpoint: r.Failpoint, Getenv: o.getenv, Python: r.Python}
 	if o.plan.Python == "" {
 		o.plan.Python = o.getenv("KBUNDLE_PYTHON") // its sqlite3 merges whole-file databases (harvest.Plan.Python)
 	}
+	python := o.plan.Python
+	o.toolchain = func(keys []string) (map[string]string, error) { return hostinfo.Toolchain(python, o.getenv, keys) }
 	if o.dest = r.Dest; o.dest == "" {
 		o.dest = o.getenv("KBUNDLE_LOCAL_DIR")
 	}
@@ -133,22 +134,37 @@ func ResolveHarvest(r HarvestRequest, f Front, rank int) (o HarvestOptions, err 
 	return o, nil
 }
 
+// Prefetch starts the toolchain probe now, in the background, for a
+// task that will likely lead its node, as a load's (Options.Prefetch):
+// rank 0 records the versions in the layer it writes, and a leader whose
+// presets look cold reads them for the cause rules, each after MPI_Init
+// otherwise. stop ends it.
+func (o *HarvestOptions) Prefetch() (stop func()) {
+	pf := hostinfo.StartPrefetch(o.plan.Python, o.getenv)
+	o.toolchain = pf.Toolchain
+	return pf.Stop
+}
+
+// ProbeInProcess reads Python's versions with call, in the calling
+// interpreter, as a load's (Options.ProbeInProcess): the Python front
+// end's harvest starts no child for them.
+func (o *HarvestOptions) ProbeInProcess(call func(script string, want []byte) ([]byte, error)) {
+	o.toolchain = hostinfo.InProcess(call, o.plan.Python, o.getenv)
+}
+
 // HarvestMeta is what rank 0 of a harvest records in the layer, given
 // its DEST: this machine and the toolchain of the presets DEST was
-// installed with (its install record), read with python (else
-// $KBUNDLE_PYTHON, else python3 on PATH), as warm records them for the
-// base.
-func HarvestMeta(python string, getenv func(string) string) func(dest string) map[string]string {
-	if python == "" {
-		python = getenv("KBUNDLE_PYTHON")
-	}
+// installed with (its install record), read by toolchain (the job's
+// Python: HarvestRequest.Python, else $KBUNDLE_PYTHON, else python3 on
+// PATH), as warm records them for the base.
+func HarvestMeta(toolchain func(keys []string) (map[string]string, error)) func(dest string) map[string]string {
 	return func(dest string) map[string]string {
 		var presets []*preset.Preset
 		if rec, err := bundle.ReadInstallRecord(dest); err == nil {
 			presets, _ = preset.ParseList(rec.Presets...)
 		}
 		m := hostinfo.Collect()
-		tc, _ := hostinfo.Toolchain(python, getenv, preset.ToolchainKeys(presets))
+		tc, _ := toolchain(preset.ToolchainKeys(presets))
 		maps.Copy(m, tc)
 		return m
 	}
@@ -174,8 +190,12 @@ func (o HarvestOptions) Plan(job string, usingMPI bool) (harvest.Plan, error) {
 	if !usingMPI {
 		p.RanksPerNode = 0
 	}
-	if p.DryRun {
-		p.Meta = nil
+	// One reading of this node's machine and toolchain (a Python probe)
+	// serves both the layer's record (Meta, rank 0) and the cause rules
+	// (Local): rank 0 may need both.
+	p.Local = onceByDest(HarvestMeta(o.toolchain))
+	if !p.DryRun {
+		p.Meta = p.Local
 	}
 	return p, err
 }
