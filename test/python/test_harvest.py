@@ -158,23 +158,14 @@ def test_harvest_writes_one_layer() -> None:
     assert len(layers(set_)) == 1
 
 
-def test_toolchain_read_in_process(monkeypatch: Any) -> None:
+def test_toolchain_read_in_process(request: pytest.FixtureRequest) -> None:
     # The layer records this interpreter's versions (U41): harvest reads
     # them in process, as load_bundle does, and starts no python3 for
     # them (issue 31): rank 0 once, for the layer; another leader at most
     # once, where its presets look cold.
-    from kbundle import _lib
-
-    calls: List[bytes] = []
-    run = _lib._run_probe
-
-    def counted(script: bytes, want: bytes) -> bytes:
-        calls.append(want)
-        return run(script, want)
-
     d = store("probe")
     load_and_compile(d / "cache.kbundle", WORK / f"dest-probe-np{SIZE}")
-    monkeypatch.setattr(_lib, "_run_probe", counted)
+    calls: List[bytes] = request.getfixturevalue("probe_calls")  # the harvest's alone
     res = harvest(COMM)
     wrote_one_layer(res, d / "cache.kbundle")
     assert len(calls) == 1 if RANK == 0 else len(calls) <= 1, calls

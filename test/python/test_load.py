@@ -170,19 +170,11 @@ def test_warmed_on_another_machine() -> None:
         assert f"{socket.gethostname()} differs from the machine the cache was warmed on (host.cpu_model: warmed on" in text
 
 
-def test_toolchain_read_in_process(monkeypatch: Any) -> None:
+def test_toolchain_read_in_process(probe_calls: List[bytes]) -> None:
     # The Numba preset compares Python's version: load_bundle reads this
     # interpreter's in process, on each node's leader only, and starts no
     # python3 for it (issue 31).
-    from kbundle import _lib
-
-    calls: List[bytes] = []
-    run = _lib._run_probe
-    def counted(script: bytes, want: bytes) -> bytes:
-        calls.append(want)
-        return run(script, want)
-
-    monkeypatch.setattr(_lib, "_run_probe", counted)
+    calls = probe_calls
     res, _ = collect(lambda: load_bundle(COMM, bundle=OLDPYTHON, dest=dest_for("oldpython")))
     assert res.ok and res.mismatch_nodes == res.nodes
     here = "%d.%d.%d" % sys.version_info[:3]
