@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	. "github.com/kbundle/kbundle/broadcast"
@@ -328,14 +329,31 @@ func TestShortPrelude(t *testing.T) {
 }
 
 // TestBcastBytes: every rank gets rank 0's bytes, nil for none, and a
-// length past the limit is refused on every rank.
+// length past the limit is refused on every rank; bytes that fit beside
+// the length take one broadcast, others two.
 func TestBcastBytes(t *testing.T) {
+	long := bytes.Repeat([]byte("a path "), 200)
+	const inlineBytes = 1024 - 8 // BcastBytes's, beside the length
 	for _, c := range []struct {
 		b     []byte
 		limit uint64
 		ok    bool
-	}{{[]byte("the set's path"), 64, true}, {nil, 64, true}, {make([]byte, 65), 64, false}} {
-		got := broadcasttest.OnEveryRank(broadcasttest.World(0, 0, 1), func(comm *broadcasttest.Comm) string {
+		calls int
+	}{
+		{[]byte("the set's path"), 64, true, 1},
+		{nil, 64, true, 1},
+		{make([]byte, 65), 64, false, 1},
+		{long[:inlineBytes], 1 << 16, true, 1},
+		{long[:inlineBytes+1], 1 << 16, true, 2},
+		{long, 1 << 16, true, 2},
+		{long, 100, false, 1},
+	} {
+		world := broadcasttest.World(0, 0, 1)
+		var calls atomic.Int64
+		for _, w := range world {
+			w.Trace = func(string, int) { calls.Add(1) }
+		}
+		got := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) string {
 			var b []byte
 			if comm.Rank() == 0 {
 				b = c.b
@@ -350,6 +368,9 @@ func TestBcastBytes(t *testing.T) {
 			if want := map[bool]string{true: string(c.b), false: "error"}[c.ok]; g != want {
 				t.Errorf("%d bytes, limit %d: rank %d got %q", len(c.b), c.limit, r, g)
 			}
+		}
+		if n := int(calls.Load()) / len(world); n != c.calls {
+			t.Errorf("%d bytes, limit %d: %d broadcasts, want %d", len(c.b), c.limit, n, c.calls)
 		}
 	}
 }

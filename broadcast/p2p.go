@@ -44,22 +44,27 @@ func RecvMsg(p P2P, from, tag int, limit uint64) ([]byte, error) {
 }
 
 // BcastBytes broadcasts root 0's b, of any length up to limit, over c:
-// its length, then its bytes. Every rank returns root 0's bytes (nil when
+// one broadcast of its length and, when they fit, its bytes (inlineBytes
+// at most, fewer when limit is smaller: every rank sizes it alike), else
+// a second one of its bytes. Every rank returns root 0's bytes (nil when
 // there are none).
 func BcastBytes(c Comm, b []byte, limit uint64) ([]byte, error) {
-	n := make([]byte, 8)
+	head := make([]byte, 8+min(limit, inlineBytes))
 	if c.Rank() == 0 {
-		binary.LittleEndian.PutUint64(n, uint64(len(b)))
+		binary.LittleEndian.PutUint64(head, uint64(len(b)))
+		copy(head[8:], b) // all of b, if it fits
 	}
-	if err := c.Bcast(n, 0); err != nil {
+	if err := c.Bcast(head, 0); err != nil {
 		return nil, err
 	}
-	size := binary.LittleEndian.Uint64(n)
-	if size > limit {
+	size := binary.LittleEndian.Uint64(head)
+	switch {
+	case size > limit:
 		return nil, fmt.Errorf("rank 0 sent %d bytes (limit %d)", size, limit)
-	}
-	if size == 0 {
+	case size == 0:
 		return nil, nil
+	case size <= uint64(len(head)-8):
+		return head[8 : 8+size], nil
 	}
 	if c.Rank() != 0 {
 		b = make([]byte, size)
@@ -69,3 +74,8 @@ func BcastBytes(c Comm, b []byte, limit uint64) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// inlineBytes is what BcastBytes's first broadcast carries at most: 1
+// KiB with the length, which a broadcast sends in about the time of 8
+// bytes (issue 31), and a path, a preset list or a digest fits.
+const inlineBytes = 1024 - 8

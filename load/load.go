@@ -247,9 +247,15 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 		}
 	}
 	restore()
-	if err := world.Barrier(); err != nil {
-		l.abort()
-		return nil, commErr("barrier", err)
+	// The ranks that do not lead wait here, without spinning (the
+	// world's Barrier may sleep: mpi.Comm.IdleBarrier), not in agree's
+	// all-reduce. Where every rank leads, none waits for long: agree
+	// alone meets them (issue 31).
+	if nodes.Count < world.Size() {
+		if err := world.Barrier(); err != nil {
+			l.abort()
+			return nil, commErr("barrier", err)
+		}
 	}
 	if err := l.agree(local); err != nil {
 		l.abort()
@@ -289,13 +295,13 @@ func (l *leader) install() error {
 // leaders' notes (gathered over group), rank 0's summary, which nodes
 // held the set already, and the presets' environment for Dest.
 func (l *leader) tell(group broadcast.NodeComm) error {
-	if l.sum.Leader {
-		if err := l.gatherNotes(group); err != nil {
-			return err
-		}
-	}
 	if err := l.share(); err != nil {
 		return err
+	}
+	if l.sum.Leader {
+		if err := l.gatherNotes(group); err != nil { // after share: it counts the nodes with notes
+			return err
+		}
 	}
 	env, err := preset.EnvFor(l.sum.Dest, l.presets...)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/kbundle/kbundle/broadcast"
-	"github.com/kbundle/kbundle/mpi"
 )
 
 // A NodeNote is what one node's leader has to say that the shared
@@ -24,8 +23,8 @@ const noteTag = 23
 const maxNote = 1 << 20
 
 // gatherNotes gives rank 0 (Summary.Notes) every leader's note, in rank
-// order, when any leader has one: one allreduce when none has, else one
-// message from each other leader. A communicator without point-to-point
+// order, when any leader has one (share counted them: MismatchNodes):
+// nothing when none has, else one message from each other leader. A communicator without point-to-point
 // messages (broadcast.P2P) gathers nothing: Summary.MismatchNodes and
 // rank 0's own MismatchKeys still say it.
 func (l *leader) gatherNotes(group broadcast.NodeComm) error {
@@ -34,10 +33,7 @@ func (l *leader) gatherNotes(group broadcast.NodeComm) error {
 	if len(mine.Mismatch) > 0 {
 		has = 1
 	}
-	n, err := group.AllreduceInt64(has, mpi.Sum)
-	if err != nil {
-		return commErr("node notes", err)
-	}
+	n := int64(l.sum.MismatchNodes) // share's count of the leaders with one
 	p2p, ok := group.(broadcast.P2P)
 	if n == 0 || !ok || group.Size() == 1 {
 		if n > 0 && group.Rank() == 0 && has == 1 {
