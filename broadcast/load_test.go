@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +17,7 @@ import (
 	. "github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/bundle"
+	"github.com/kbundle/kbundle/mpi"
 )
 
 // testTree writes a small cache tree and returns its directory.
@@ -265,28 +268,46 @@ func flip(t *testing.T, file string, off int64) {
 	}
 }
 
-// TestTransferDamage: one rank receives a damaged copy; every rank fails
-// with that rank's reason.
+// TestTransferDamage: one rank receives a damaged copy of the body;
+// every rank fails with that rank's reason, whether the bundle goes in
+// one broadcast after the status (it fits a chunk) or in chunks.
 func TestTransferDamage(t *testing.T) {
 	_, file := testBundle(t)
-	world := broadcasttest.World(0, 0, 0, 0)
-	n := 0
-	world[2].Corrupt = func(b []byte) { // the status, the prelude, then the body
-		if n++; n == 3 {
-			b[len(b)/2] ^= 1
-		}
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
 	}
-	errs := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) error {
-		_, err := LoadBundle(comm, WithPath(file))
-		return err
-	})
-	for rank, err := range errs {
-		var e *Error
-		if !errors.As(err, &e) || e.Rank != 2 || e.Ranks != 1 || !errors.Is(err, ErrTransfer) || !errors.Is(err, ErrNoBundle) {
-			t.Errorf("rank %d: %v", rank, err)
+	for _, c := range []struct {
+		name  string
+		chunk int64
+		nth   int // the broadcast that carries the body's middle
+	}{
+		{"one broadcast", 0, 2},         // the status, then the prelude and body
+		{"in chunks", fi.Size() - 1, 3}, // the status, the prelude, then the body
+	} {
+		world := broadcasttest.World(0, 0, 0, 0)
+		n := 0
+		world[2].Corrupt = func(b []byte) {
+			if n++; n == c.nth {
+				b[len(b)/2] ^= 1
+			}
 		}
-		if err != nil && errs[0] != nil && err.Error() != errs[0].Error() {
-			t.Errorf("rank %d: %q, rank 0: %q", rank, err, errs[0])
+		errs := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) error {
+			opts := []Option{WithPath(file)}
+			if c.chunk != 0 {
+				opts = append(opts, WithChunkSize(c.chunk))
+			}
+			_, err := LoadBundle(comm, opts...)
+			return err
+		})
+		for rank, err := range errs {
+			var e *Error
+			if !errors.As(err, &e) || e.Rank != 2 || e.Ranks != 1 || !errors.Is(err, ErrTransfer) || !errors.Is(err, ErrNoBundle) {
+				t.Errorf("%s: rank %d: %v", c.name, rank, err)
+			}
+			if err != nil && errs[0] != nil && err.Error() != errs[0].Error() {
+				t.Errorf("%s: rank %d: %q, rank 0: %q", c.name, rank, err, errs[0])
+			}
 		}
 	}
 }
@@ -371,6 +392,117 @@ func TestBcastBytes(t *testing.T) {
 		}
 		if n := int(calls.Load()) / len(world); n != c.calls {
 			t.Errorf("%d bytes, limit %d: %d broadcasts, want %d", len(c.b), c.limit, n, c.calls)
+		}
+	}
+}
+
+// TestAgreeWith checks that the figures riding on an agreement are
+// combined on every rank in its one collective, and that a failure still
+// names the lowest failing rank with the count of failing ranks, whatever
+// the op.
+func TestAgreeWith(t *testing.T) {
+	for _, c := range []struct {
+		op      mpi.Op
+		failing []int
+		want    []int64 // on success
+		calls   int     // collectives on rank 0
+	}{
+		{mpi.Sum, nil, []int64{6, 30}, 1},
+		{mpi.Max, nil, []int64{3, 20}, 1},
+		// The first collective; with Max, the count of failing ranks; a
+		// minimum and a broadcast per failing rank; the minimum that ends.
+		{mpi.Sum, []int{2}, nil, 4},
+		{mpi.Max, []int{1, 2}, nil, 7},
+	} {
+		world := broadcasttest.World(0, 1, 2)
+		var calls atomic.Int64
+		world[0].Trace = func(string, int) { calls.Add(1) }
+		type result struct {
+			vals []int64
+			err  *Error
+		}
+		got := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) result {
+			r := comm.Rank()
+			var local error
+			if slices.Contains(c.failing, r) {
+				local = fmt.Errorf("node %d is full", r)
+			}
+			vals := []int64{int64(r + 1), int64(10 * r)}
+			e, err := AgreeWith(comm, local, 8, vals, c.op)
+			if err != nil {
+				t.Errorf("%v, failing %v: rank %d: %v", c.op, c.failing, r, err)
+			}
+			return result{vals, e}
+		})
+		for r, g := range got {
+			switch {
+			case c.failing == nil && (g.err != nil || !slices.Equal(g.vals, c.want)):
+				t.Errorf("%v: rank %d got %v, %v; want %v", c.op, r, g.vals, g.err, c.want)
+			case c.failing != nil && (g.err == nil || g.err.Rank != c.failing[0] || g.err.Ranks != len(c.failing) ||
+				len(g.err.Reasons) != len(c.failing)):
+				t.Errorf("%v, failing %v: rank %d got %+v", c.op, c.failing, r, g.err)
+			}
+		}
+		if n := int(calls.Load()); n != c.calls {
+			t.Errorf("%v, failing %v: %d collectives on rank 0, want %d", c.op, c.failing, n, c.calls)
+		}
+	}
+	if _, err := AgreeWith(broadcasttest.World(0)[0], nil, 1, []int64{1}, mpi.Min); err == nil {
+		t.Error("AgreeWith took mpi.Min")
+	}
+}
+
+// failingBody is a bundle's bytes whose body cannot be read past its
+// first half once armed (a disk error mid-file).
+type failingBody struct {
+	b          []byte
+	start, end int64 // the body
+	armed      bool
+}
+
+func (f *failingBody) ReadAt(p []byte, off int64) (int, error) {
+	if !f.armed || off+int64(len(p)) <= f.start || off >= f.end {
+		return copy(p, f.b[off:]), nil
+	}
+	n := copy(p[:len(p)/2], f.b[off:])
+	return n, errors.New("input/output error")
+}
+
+// TestStreamReadError: rank 0 failing to read the body mid-way is rank
+// 0's local error (ErrNoBundle, naming the byte), in one broadcast or in
+// chunks; the broadcasts still complete on every rank.
+func TestStreamReadError(t *testing.T) {
+	_, file := testBundle(t)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int64{0, 1000} {
+		fb := &failingBody{b: b}
+		src, err := bundle.NewReader(fb, int64(len(b)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fb.start, fb.end, fb.armed = src.BodyStart(), src.BodyEnd(), true
+		type result struct{ local, err error }
+		got := broadcasttest.OnEveryRank(broadcasttest.World(0, 1, 2), func(comm *broadcasttest.Comm) result {
+			var s *bundle.Reader
+			if comm.Rank() == 0 {
+				s = src
+			}
+			local, err := Stream(comm, s, nil, chunk, nil, nil)
+			return result{local, err}
+		})
+		for r, g := range got {
+			if g.err != nil {
+				t.Errorf("chunk %d: rank %d: %v", chunk, r, g.err)
+			}
+			if r == 0 && (!errors.Is(g.local, ErrNoBundle) || !strings.Contains(fmt.Sprint(g.local), "reading at byte")) {
+				t.Errorf("chunk %d: rank 0: local %v", chunk, g.local)
+			}
+			if r != 0 && g.local != nil {
+				t.Errorf("chunk %d: rank %d: local %v", chunk, r, g.local)
+			}
 		}
 	}
 }

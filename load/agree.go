@@ -17,9 +17,11 @@ import (
 const MaxNamed = 8
 
 // agree makes every rank return the same outcome of a step: nil, or the
-// same *broadcast.Error naming up to MaxNamed failing nodes.
-func (l *leader) agree(local error) error {
-	fail, err := broadcast.Agree(l.world, local, MaxNamed)
+// same *broadcast.Error naming up to MaxNamed failing nodes. vals ride on
+// the agreement's collective, each combined with op over every rank
+// (broadcast.AgreeWith).
+func (l *leader) agree(local error, vals []int64, op mpi.Op) error {
+	fail, err := broadcast.AgreeWith(l.world, local, MaxNamed, vals, op)
 	if err != nil {
 		return err
 	}
@@ -32,36 +34,53 @@ func (l *leader) agree(local error) error {
 // maxPresetList bounds the preset list rank 0 shares.
 const maxPresetList = 1024
 
+// The summary's counts that every rank gets, two vectors that ride on
+// the agreements of Run (issue 31: each collective is a round trip at
+// scale): maxima, the largest of the leaders' (rank 0's alone for the
+// last two), are ready when the staging ends and go with its agreement;
+// nodeCounts, how many nodes had each note, go with the install's.
+type (
+	maxima     [7]int64
+	nodeCounts [5]int64
+)
+
+func flag(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// maxima is this rank's part of the summary's largest figures.
+func (l *leader) maxima() maxima {
+	var m maxima
+	s := l.sum
+	if s.Leader {
+		m = maxima{int64(s.Entries), s.Bytes, s.RawBytes, int64(l.extract), int64(l.stats.Bcast)}
+	}
+	if l.world.Rank() == 0 {
+		m[5], m[6] = flag(s.Missing), int64(l.stats.Read)
+	}
+	return m
+}
+
+// nodeCounts is this rank's part of the summary's node counts.
+func (l *leader) nodeCounts() nodeCounts {
+	s := l.sum
+	if !s.Leader {
+		return nodeCounts{}
+	}
+	return nodeCounts{flag(len(s.MismatchKeys) > 0), flag(s.ToolchainError != "" || len(s.NotHere) > 0),
+		flag(s.Skipped > 0), flag(l.allArchs && !s.AlreadyInstalled), flag(s.AlreadyInstalled)}
+}
+
 // share gives every rank what the leaders know: sizes, timings, the
 // presets in use, how many nodes differ from the warm-up machine (or
-// could not tell), and how many filtered GPU architectures.
-//
-// The counts go in two collectives, one of maxima and one of sums, not one
-// per count: each is a round trip at scale (issue 31).
+// could not tell), and how many filtered GPU architectures. The counts
+// came with the agreements (l.most, l.counts); the digest and the
+// presets take one broadcast.
 func (l *leader) share() error {
-	s := l.sum
-	flag := func(b bool) int64 {
-		if b {
-			return 1
-		}
-		return 0
-	}
-	var most [7]int64 // the largest of the leaders' (rank 0's, for the last two)
-	var sum [5]int64  // node counts
-	if s.Leader {
-		most = [7]int64{int64(s.Entries), s.Bytes, s.RawBytes, int64(l.extract), int64(l.stats.Bcast)}
-		sum = [5]int64{flag(len(s.MismatchKeys) > 0), flag(s.ToolchainError != "" || len(s.NotHere) > 0),
-			flag(s.Skipped > 0), flag(l.allArchs && !s.AlreadyInstalled), flag(s.AlreadyInstalled)}
-	}
-	if l.world.Rank() == 0 { // rank 0's alone
-		most[5], most[6] = flag(s.Missing), int64(l.stats.Read)
-	}
-	if err := broadcast.AllreduceInts(l.world, most[:], mpi.Max); err != nil {
-		return commErr("summary", err)
-	}
-	if err := broadcast.AllreduceInts(l.world, sum[:], mpi.Sum); err != nil {
-		return commErr("summary", err)
-	}
+	s, most, sum := l.sum, l.most, l.counts
 	s.Entries, s.Bytes, s.RawBytes = int(most[0]), most[1], most[2]
 	s.Extract, s.Bcast = time.Duration(most[3]), time.Duration(most[4])
 	s.Missing, s.Read = most[5] == 1, time.Duration(most[6])

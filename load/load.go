@@ -257,7 +257,8 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 			return nil, commErr("barrier", err)
 		}
 	}
-	if err := l.agree(local); err != nil {
+	l.most = l.maxima()
+	if err := l.agree(local, l.most[:], mpi.Max); err != nil {
 		l.abort()
 		return nil, err
 	}
@@ -281,7 +282,8 @@ func (l *leader) install() error {
 			local = l.describe(local)
 		}
 	}
-	if err := l.agree(local); err != nil {
+	l.counts = l.nodeCounts()
+	if err := l.agree(local, l.counts[:], mpi.Sum); err != nil {
 		l.abort()
 		return err
 	}
@@ -322,6 +324,8 @@ type leader struct {
 	presets    []*preset.Preset
 	stats      broadcast.Stats
 	extract    time.Duration
+	most       maxima            // the summary's figures, from the staging's agreement
+	counts     nodeCounts        // and its node counts, from the install's
 	bundlePath string            // rank 0's bundle, absolute, for the install record
 	layerPaths []string          // the set's layers above its base, in order
 	content    bundle.Digest     // the set's content digest, from rank 0

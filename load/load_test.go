@@ -156,16 +156,25 @@ func TestRunAllOrNothing(t *testing.T) {
 	}
 }
 
-// flipLast flips a byte of the body as received (the fourth broadcast:
-// the set check, status, prelude, body; chunks are 8 MiB).
-func flipLast() func([]byte) { return flipNth(4) }
+// flipLast flips a byte of the body as received: the middle of the third
+// broadcast (the set check, the status, then the prelude and the body in
+// one, since the test bundle is shorter than a chunk; its body is far
+// longer than its prelude).
+func flipLast() func([]byte) { return flipNth(3) }
 
-// flipNth flips a byte of the n-th buffer received.
-func flipNth(n int) func([]byte) {
+// flipPrelude flips a byte of the index as received: the third
+// broadcast's 21st byte, after the header's 16.
+func flipPrelude() func([]byte) { return flipAt(3, func(int) int { return 20 }) }
+
+// flipNth flips the middle byte of the n-th buffer received.
+func flipNth(n int) func([]byte) { return flipAt(n, func(l int) int { return l / 2 }) }
+
+// flipAt flips byte at(len) of the n-th buffer received.
+func flipAt(n int, at func(int) int) func([]byte) {
 	i := 0
 	return func(b []byte) {
 		if i++; i == n {
-			b[len(b)/2] ^= 0x40
+			b[at(len(b))] ^= 0x40
 		}
 	}
 }
@@ -186,7 +195,7 @@ func TestRunSinkFails(t *testing.T) {
 		name, file, want string
 		corrupt          map[int]func([]byte)
 	}{
-		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipNth(3)}},
+		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipPrelude()}},
 		{"a preset of a newer kbundle", future, "fromthefuture", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -274,10 +283,10 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			os.Mkdir(filepath.Join(base, "n0"), 0o755) // there node 0 claims its Dest, then moves
 			var corrupt map[int]func([]byte)
 			if c.damaged {
-				// The body: the fifth broadcast here, after the
-				// destination check's, the set check's, the status and
-				// the prelude.
-				corrupt = map[int]func([]byte){2: flipNth(5)}
+				// The body: in the fourth broadcast here, after the
+				// destination check's, the set check's and the status,
+				// with the prelude.
+				corrupt = map[int]func([]byte){2: flipNth(4)}
 			}
 			sums, errs := run(t, nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),

@@ -28,7 +28,9 @@
 #                 numba set: in-process, inside the application's launch
 # KBUNDLE_BENCH_KB_B=BINARY adds empty-b and load-numba-b: those cases
 # with another kbundle build (an older commit's), interleaved with the
-# rest, an A/B of one run.
+# rest, an A/B of one run; KBUNDLE_BENCH_PY_B=DIR (another build's python/
+# directory, its libraries made by make python-lib) adds py-inproc-b, the
+# same for the in-process load.
 # Then, for each ranks per node, the in-process load's paired cost and one
 # line of what a collective costs here (lat, below). A case's paired
 # figure is the median over the rounds of its run minus the hello's run
@@ -54,15 +56,16 @@ int main(int argc, char **argv) { MPI_Init(&argc, &argv); MPI_Finalize(); return
 EOF
 # lat: what one collective costs here, which a load pays about 20 times
 # (load's TestRunCollectives) and the hello never: the mean of 100
-# MPI_Allreduce of an int, 20 MPI_Comm_split and 20 MPI_Comm_split_type
-# (each makes a communicator), 50 MPI_Bcast of 64 KiB, on rank 0.
+# MPI_Allreduce of an int, 20 MPI_Comm_split, 20 MPI_Comm_split_type and
+# 20 MPI_Comm_dup (each makes a communicator; load_bundle dups the
+# caller's), 50 MPI_Bcast of 64 KiB, on rank 0.
 mpicc.openmpi -O2 -o "$work/lat" -x c - <<'EOF'
 #include <mpi.h>
 #include <stdio.h>
 static char buf[1 << 16];
 int main(int argc, char **argv) {
 	int r, one = 1, sum, i;
-	double t, ar, sp, st, bc;
+	double t, ar, sp, st, du, bc;
 	MPI_Comm c;
 	MPI_Init(&argc, &argv);
 	MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -77,9 +80,12 @@ int main(int argc, char **argv) {
 	for (i = 0; i < 20; i++) { MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &c); MPI_Comm_free(&c); }
 	st = (MPI_Wtime() - t) / 20;
 	t = MPI_Wtime();
+	for (i = 0; i < 20; i++) { MPI_Comm_dup(MPI_COMM_WORLD, &c); MPI_Comm_free(&c); }
+	du = (MPI_Wtime() - t) / 20;
+	t = MPI_Wtime();
 	for (i = 0; i < 50; i++) MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD);
 	bc = (MPI_Wtime() - t) / 50;
-	if (r == 0) printf("allreduce %.2f ms, comm_split %.2f ms, comm_split_type %.2f ms, bcast of 64 KiB %.2f ms", ar * 1e3, sp * 1e3, st * 1e3, bc * 1e3);
+	if (r == 0) printf("allreduce %.2f ms, comm_split %.2f ms, comm_split_type %.2f ms, comm_dup %.2f ms, bcast of 64 KiB %.2f ms", ar * 1e3, sp * 1e3, st * 1e3, du * 1e3, bc * 1e3);
 	MPI_Finalize();
 	return 0;
 }
@@ -115,6 +121,12 @@ export PYTHONPATH=$PWD/python
 cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc"
 kb_b=${KBUNDLE_BENCH_KB_B:-}
 [[ -z $kb_b ]] || cases+=" empty-b load-numba-b"
+py_b=${KBUNDLE_BENCH_PY_B:-}
+if [[ -n $py_b ]]; then
+	py_b=$(cd "$py_b" && pwd)
+	"$python" -m compileall -q "$py_b/kbundle"
+	cases+=" py-inproc-b"
+fi
 # paired CASE BASE: the median over the rounds of CASE's run minus BASE's
 # run of the same round (interleaved, so a slow spell of the machine
 # weighs on both)
@@ -144,6 +156,7 @@ for ppn in $ppns; do
 			py-mpi4py) "${run[@]}" "$python" -c 'from mpi4py import MPI' ;;
 			py-mpi4py-coll) "${run[@]}" "$python" -c 'from mpi4py import MPI; MPI.COMM_WORLD.allreduce(1)' ;;
 			py-inproc) "${run[@]}" "$python" -c "$inproc" "$work/numba.kbundle" "$local/start" ;;
+			py-inproc-b) PYTHONPATH=$py_b "${run[@]}" "$python" -c "$inproc" "$work/numba.kbundle" "$local/start" ;;
 			esac 2>>"$work/stderr.log"
 			t1=$(now)
 			all[$c]+="$(echo "$t1 - $t0" | bc) "
@@ -161,6 +174,8 @@ for ppn in $ppns; do
 	done
 	printf '| 3 x %d | py-inproc - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$ppn" \
 		"$(paired py-inproc py-mpi4py)" "$(paired py-inproc py-mpi4py-coll)"
+	[[ -z $py_b ]] || printf '| 3 x %d | py-inproc-b - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$ppn" \
+		"$(paired py-inproc-b py-mpi4py)" "$(paired py-inproc-b py-mpi4py-coll)"
 	echo "| 3 x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
 	unset all
 done
