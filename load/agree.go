@@ -36,11 +36,14 @@ const maxPresetList = 1024
 
 // The summary's counts that every rank gets, two vectors that ride on
 // the agreements of Run (issue 31: each collective is a round trip at
-// scale): maxima, the largest of the leaders' (rank 0's alone for the
-// last two), are ready when the staging ends and go with its agreement;
-// nodeCounts, how many nodes had each note, go with the install's.
+// scale): maxima, the largest of the leaders' (rank 0's alone for
+// [5] and [6]), are ready when the staging ends and go with its
+// agreement; its last, 1 when some rank did not get rank 0's set check
+// (a rank that does not lead, or a set rank 0 could not open), says
+// whether share must broadcast the digest and presets. nodeCounts, how
+// many nodes had each note, go with the install's.
 type (
-	maxima     [7]int64
+	maxima     [8]int64
 	nodeCounts [5]int64
 )
 
@@ -61,6 +64,7 @@ func (l *leader) maxima() maxima {
 	if l.world.Rank() == 0 {
 		m[5], m[6] = flag(s.Missing), int64(l.stats.Read)
 	}
+	m[7] = flag(!l.setSeen)
 	return m
 }
 
@@ -88,14 +92,20 @@ func (l *leader) share() error {
 	s.InstalledNodes = int(sum[4])
 
 	// Rank 0's content digest of the set, and its presets (they may come
-	// from the bundle): the digest's 16 bytes, then the names.
+	// from the bundle): the digest's 16 bytes, then the names. Where every
+	// rank got them in the set check, as where every rank leads, nothing
+	// more is sent.
 	var buf []byte
-	if l.world.Rank() == 0 {
-		buf = append(slices.Clone(l.content[:]), preset.Names(l.presets)...) // not l.content itself: cgo refuses a pointer into a struct of pointers
-	}
-	buf, err := broadcast.BcastBytes(l.world, buf, uint64(len(bundle.Digest{}))+maxPresetList)
-	if err != nil {
-		return commErr("presets", err)
+	if most[7] == 0 {
+		buf = append(slices.Clone(l.content[:]), l.setPresets...)
+	} else {
+		if l.world.Rank() == 0 {
+			buf = append(slices.Clone(l.content[:]), preset.Names(l.presets)...) // not l.content itself: cgo refuses a pointer into a struct of pointers
+		}
+		var err error
+		if buf, err = broadcast.BcastBytes(l.world, buf, uint64(len(bundle.Digest{}))+maxPresetList); err != nil {
+			return commErr("presets", err)
+		}
 	}
 	if len(buf) < len(bundle.Digest{}) {
 		return commErr("presets", fmt.Errorf("rank 0 sent %d bytes, fewer than a digest", len(buf)))

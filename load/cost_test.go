@@ -11,6 +11,7 @@ import (
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/broadcast/broadcasttest"
 	"github.com/kbundle/kbundle/load"
+	"github.com/kbundle/kbundle/preset"
 )
 
 // TestRunCollectives counts the collectives one load takes on rank 0 and
@@ -30,7 +31,7 @@ func TestRunCollectives(t *testing.T) {
 	}{
 		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, false, 13, 2},
 		{"3 nodes x 2, placed", []int{0, 0, 1, 1, 2, 2}, true, 14, 2},
-		{"3 nodes x 1, placed", []int{0, 1, 2}, true, 9, 0},
+		{"3 nodes x 1, placed", []int{0, 1, 2}, true, 8, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			world := broadcasttest.World(c.nodes...)
@@ -47,26 +48,52 @@ func TestRunCollectives(t *testing.T) {
 				}
 			}
 			base := t.TempDir()
-			errs := broadcasttest.OnEveryRank(world, func(w *broadcasttest.Comm) error {
-				var comm broadcast.NodeComm = w
-				if c.placed {
-					comm = broadcasttest.Placed(w, w.OnNode())
-				}
-				_, err := load.Run(context.Background(), comm, load.Plan{Bundle: file, Parents: true, Window: 1, BorrowNodeCPUs: true,
-					Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[w.Rank()]), "dest"), Host: fmt.Sprintf("kbn%d", c.nodes[w.Rank()])})
-				return err
-			})
-			for r, err := range errs {
-				if err != nil {
-					t.Fatalf("rank %d: %v", r, err)
-				}
+			presets, err := preset.ParseList("triton")
+			if err != nil {
+				t.Fatal(err)
 			}
+			nodes := c.nodes[len(c.nodes)-1] + 1
+			loadAll := func() []*load.Summary {
+				sums := make([]*load.Summary, len(world))
+				errs := broadcasttest.OnEveryRank(world, func(w *broadcasttest.Comm) error {
+					var comm broadcast.NodeComm = w
+					if c.placed {
+						comm = broadcasttest.Placed(w, w.OnNode())
+					}
+					s, err := load.Run(context.Background(), comm, load.Plan{Bundle: file, Parents: true, Window: 1, BorrowNodeCPUs: true, Presets: presets,
+						Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[w.Rank()]), "dest"), Host: fmt.Sprintf("kbn%d", c.nodes[w.Rank()])})
+					sums[w.Rank()] = s
+					return err
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+				}
+				// What the summary's collectives carry reaches every
+				// rank, however few they are.
+				for r, s := range sums {
+					if s.ContentDigest == "" || s.ContentDigest != sums[0].ContentDigest || !slices.Equal(s.Presets, []string{"triton"}) ||
+						s.Entries != sums[0].Entries || s.Entries == 0 || s.Nodes != nodes || len(s.Env) == 0 {
+						t.Errorf("rank %d: digest %q presets %v entries %d nodes %d env %v; rank 0: %q, %d entries",
+							r, s.ContentDigest, s.Presets, s.Entries, s.Nodes, s.Env, sums[0].ContentDigest, sums[0].Entries)
+					}
+				}
+				return sums
+			}
+			loadAll()
 			t.Logf("rank 0: %v; leader of node 1: %v; rank 1: %v", calls[0], calls[slices.Index(c.nodes, 1)], calls[1])
 			if n := calls[0]["all"]; n > c.most {
 				t.Errorf("rank 0 takes %d collectives, at most %d", n, c.most)
 			}
 			if n := calls[0]["split"]; n > c.splits {
 				t.Errorf("rank 0 takes %d splits, at most %d", n, c.splits)
+			}
+			// Again: every node holds the set, and nothing streams.
+			for r, s := range loadAll() {
+				if s.InstalledNodes != nodes {
+					t.Errorf("again: rank %d: %d of %d nodes held the set", r, s.InstalledNodes, nodes)
+				}
 			}
 		})
 	}

@@ -149,7 +149,7 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 			l.layerPaths = append(l.layerPaths, filepath.Join(bundle.LayerDir(si.path), n))
 		}
 	}
-	l.content = si.content
+	l.content, l.setPresets, l.setSeen = si.content, si.presets, true
 	l.gpuUnits = si.gpu
 	l.sum.ContentDigest = bundle.FormatDigest(si.content)
 	held, refuse = holds(absPath(l.plan.Dest), si.content, si.presets, l.plan.Force, l.target)

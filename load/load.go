@@ -329,6 +329,8 @@ type leader struct {
 	bundlePath string            // rank 0's bundle, absolute, for the install record
 	layerPaths []string          // the set's layers above its base, in order
 	content    bundle.Digest     // the set's content digest, from rank 0
+	setPresets string            // and its presets' names, from its set check
+	setSeen    bool              // which this rank got
 	info       map[string]string // HostInfo's, once infoDone
 	infoDone   bool
 	// gpuUnits: the set holds entries of GPU architectures (rank 0's

@@ -139,6 +139,21 @@ echo "|---|---|---|---|---|---|---|"
 for ppn in $ppns; do
 	np=$((3 * ppn))
 	run=("${mpirun[@]:0:${#mpirun[@]}-4}" --host "kbn1:$ppn,kbn2:$ppn,kbn3:$ppn" -np "$np" -x PYTHONPATH)
+	# Each load loads what it should, on every node, before any is timed
+	# (a bench that times failures says nothing): the CLI's --json on rank
+	# 0, and load_bundle's result on every rank.
+	for p in $presets; do
+		"${run[@]}" sh -c "rm -rf $local/start" >/dev/null
+		"${run[@]}" "$kb" load -q --json --bundle "$work/$p.kbundle" --to "$local/start" | "$python" -c '
+import json, sys
+r, p = json.load(sys.stdin), sys.argv[1]
+if not (r["ok"] and r["entries"] == 60 and r["nodes"] == 3 and r["presets"] == [p] and r["env"]):
+    sys.exit("start.sh: the %s load did not load the set: %s" % (p, r))' "$p"
+	done
+	"${run[@]}" sh -c "rm -rf $local/start" >/dev/null
+	"${run[@]}" "$python" -c "${inproc/kbundle.load_bundle/r = kbundle.load_bundle}; assert r.ok and r.entries == 60 and r.nodes == 3 and r.presets == ('numba',) and r.env, r" \
+		"$work/numba.kbundle" "$local/start" >/dev/null ||
+		{ echo "start.sh: load_bundle did not load the set (above)" >&2; exit 1; }
 	declare -A all=()
 	for ((r = 0; r < runs; r++)); do
 		for c in $cases; do
