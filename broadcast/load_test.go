@@ -277,19 +277,33 @@ func TestTransferDamage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bundle.NewReaderBytes(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prelude, err := r.Prelude()
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := int(fi.Size()) - len(prelude)
 	for _, c := range []struct {
 		name  string
 		chunk int64
-		nth   int // the broadcast that carries the body's middle
+		nth   int // the broadcast that carries the body
+		at    int // the body's middle in it
 	}{
-		{"one broadcast", 0, 2},         // the status, then the prelude and body
-		{"in chunks", fi.Size() - 1, 3}, // the status, the prelude, then the body
+		{"one broadcast", 0, 2, len(prelude) + body/2}, // the status, then the prelude and body
+		{"in chunks", fi.Size() - 1, 3, body / 2},      // the status, the prelude, then the body
 	} {
 		world := broadcasttest.World(0, 0, 0, 0)
 		n := 0
 		world[2].Corrupt = func(b []byte) {
 			if n++; n == c.nth {
-				b[len(b)/2] ^= 1
+				b[c.at] ^= 1
 			}
 		}
 		errs := broadcasttest.OnEveryRank(world, func(comm *broadcasttest.Comm) error {
@@ -477,7 +491,14 @@ func TestStreamReadError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, chunk := range []int64{0, 1000} {
+	for _, c := range []struct {
+		chunk  int64
+		chunks func(int) bool // the body's broadcasts: one with the prelude, or several
+	}{
+		{0, func(n int) bool { return n == 1 }},
+		{32, func(n int) bool { return n > 1 }},
+	} {
+		chunk := c.chunk
 		fb := &failingBody{b: b}
 		src, err := bundle.NewReader(fb, int64(len(b)))
 		if err != nil {
@@ -485,14 +506,19 @@ func TestStreamReadError(t *testing.T) {
 		}
 		fb.start, fb.end, fb.armed = src.BodyStart(), src.BodyEnd(), true
 		type result struct{ local, err error }
+		var st0 Stats
 		got := broadcasttest.OnEveryRank(broadcasttest.World(0, 1, 2), func(comm *broadcasttest.Comm) result {
 			var s *bundle.Reader
+			st := new(Stats)
 			if comm.Rank() == 0 {
-				s = src
+				s, st = src, &st0
 			}
-			local, err := Stream(comm, s, nil, chunk, nil, nil)
+			local, err := Stream(comm, s, nil, chunk, nil, st)
 			return result{local, err}
 		})
+		if !c.chunks(st0.Chunks) {
+			t.Errorf("chunk %d: the body went in %d broadcasts", chunk, st0.Chunks)
+		}
 		for r, g := range got {
 			if g.err != nil {
 				t.Errorf("chunk %d: rank %d: %v", chunk, r, g.err)

@@ -178,28 +178,51 @@ func (c *p2pComm) allgather(b []byte, limit uint64) ([][]byte, error) {
 }
 
 func (c *p2pComm) AllreduceInt64(v int64, op mpi.Op) (int64, error) {
-	if op < mpi.Min || op > mpi.Bor {
-		return 0, fmt.Errorf("allreduce: unknown op %d", op)
-	}
-	all, err := c.gather(binary.LittleEndian.AppendUint64(nil, uint64(v)), 8)
-	if err != nil {
+	w := []int64{v}
+	if err := c.AllreduceInt64s(w, op); err != nil {
 		return 0, err
 	}
-	out := make([]byte, 8)
+	return w[0], nil
+}
+
+// AllreduceInt64s combines each element of v over every rank with op, in
+// place: one gather and one broadcast for the whole vector, as
+// mpi.Comm.AllreduceInt64s is one MPI_Allreduce (AllreduceInts).
+func (c *p2pComm) AllreduceInt64s(v []int64, op mpi.Op) error {
+	if op < mpi.Min || op > mpi.Bor {
+		return fmt.Errorf("allreduce: unknown op %d", op)
+	}
+	n := 8 * len(v)
+	mine := make([]byte, 0, n)
+	for _, x := range v {
+		mine = binary.LittleEndian.AppendUint64(mine, uint64(x))
+	}
+	all, err := c.gather(mine, uint64(n))
+	if err != nil {
+		return err
+	}
+	out := make([]byte, n)
 	if c.rank == 0 {
-		acc := v
+		acc := slices.Clone(v)
 		for _, b := range all[1:] {
-			if len(b) != 8 {
-				return 0, fmt.Errorf("allreduce: %d bytes, want 8", len(b))
+			if len(b) != n {
+				return fmt.Errorf("allreduce: %d bytes, want %d", len(b), n)
 			}
-			acc = op.Apply(acc, int64(binary.LittleEndian.Uint64(b)))
+			for k := range acc {
+				acc[k] = op.Apply(acc[k], int64(binary.LittleEndian.Uint64(b[8*k:])))
+			}
 		}
-		binary.LittleEndian.PutUint64(out, uint64(acc))
+		for k, x := range acc {
+			binary.LittleEndian.PutUint64(out[8*k:], uint64(x))
+		}
 	}
 	if err := c.Bcast(out, 0); err != nil {
-		return 0, err
+		return err
 	}
-	return int64(binary.LittleEndian.Uint64(out)), nil
+	for k := range v {
+		v[k] = int64(binary.LittleEndian.Uint64(out[8*k:]))
+	}
+	return nil
 }
 
 func (c *p2pComm) Barrier() error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -93,6 +94,12 @@ func TestFromTransport(t *testing.T) {
 			if got, err := c.AllreduceInt64(int64(c.Rank()), op); err != nil || got != want {
 				return fmt.Errorf("rank %d: allreduce %v = %d, %v; want %d", c.Rank(), op, got, err, want)
 			}
+		}
+		// A vector in one gather and broadcast (AllreduceInts): ranks
+		// 0..6, each element combined on its own.
+		vec := []int64{int64(c.Rank()), -int64(c.Rank()), 1}
+		if err := AllreduceInts(c, vec, mpi.Max); err != nil || !slices.Equal(vec, []int64{6, 0, 1}) {
+			return fmt.Errorf("rank %d: vector allreduce max = %v, %v", c.Rank(), vec, err)
 		}
 		if err := c.Barrier(); err != nil {
 			return err

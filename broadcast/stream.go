@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kbundle/kbundle/bundle"
@@ -86,12 +87,14 @@ func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink,
 		if head.prelude > head.size || head.prelude > bundle.MaxIndexLen+64 {
 			return nil, fmt.Errorf("%w: prelude of %d bytes", ErrStatus, head.prelude)
 		}
-		prelude = make([]byte, head.prelude)
 	}
 	if head.size <= head.chunk {
 		local, err = sendWhole(comm, src, head, prelude, sink, st)
 		st.Bcast += time.Since(t)
 		return local, err
+	}
+	if rank != 0 {
+		prelude = make([]byte, head.prelude)
 	}
 	for off := int64(0); off < head.prelude; off += head.chunk {
 		if err := comm.Bcast(prelude[off:min(off+head.chunk, head.prelude)], 0); err != nil {
@@ -163,8 +166,8 @@ func sendWhole(comm Comm, src *bundle.Reader, head *status, prelude []byte, sink
 		return nil, commErr("bundle broadcast", err)
 	}
 	st.Chunks++
-	if sink != nil {
-		local = sink.Begin(buf[:head.prelude], head.size, head.digest)
+	if sink != nil { // a copy: the sink keeps its prelude, not the body behind it
+		local = sink.Begin(slices.Clone(buf[:head.prelude]), head.size, head.digest)
 	}
 	if local == nil {
 		local = readErr
