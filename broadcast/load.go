@@ -199,20 +199,12 @@ func AgreeWith(comm Comm, local error, max int, vals []int64, op mpi.Op) (*Error
 	if local != nil {
 		bad = 1
 	}
-	var n int64
-	if len(vals) == 0 {
-		var err error
-		if n, err = comm.AllreduceInt64(bad, op); err != nil {
-			return nil, commErr("agreement", err)
-		}
-	} else {
-		v := append([]int64{bad}, vals...)
-		if err := AllreduceInts(comm, v, op); err != nil {
-			return nil, commErr("agreement", err)
-		}
-		n = v[0]
-		copy(vals, v[1:])
+	v := append([]int64{bad}, vals...)
+	if err := AllreduceInts(comm, v, op); err != nil {
+		return nil, commErr("agreement", err)
 	}
+	n := v[0]
+	copy(vals, v[1:])
 	if n == 0 {
 		return nil, nil
 	}

@@ -134,7 +134,7 @@ func sendBody(comm Comm, src *bundle.Reader, n, chunk int64, sink Sink, st *Stat
 	return readahead.Each(context.Background(), src.ReaderAt(), src.BodyStart(), n, chunk, func(p readahead.Piece) error {
 		st.Read += p.Took
 		if p.Err != nil && *local == nil {
-			*local = fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, p.Off, p.Err)
+			*local = readError(p.Off, p.Err)
 		}
 		if err := comm.Bcast(p.P, 0); err != nil {
 			return commErr(fmt.Sprintf("bundle broadcast at byte %d", p.Off), err)
@@ -143,6 +143,11 @@ func sendBody(comm Comm, src *bundle.Reader, n, chunk int64, sink Sink, st *Stat
 		write(sink, p.P, local)
 		return nil
 	})
+}
+
+// readError is rank 0's failure to read its bundle at byte off.
+func readError(off int64, err error) error {
+	return fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, off, err)
 }
 
 // sendWhole sends a bundle no longer than a chunk in one broadcast, its
@@ -157,7 +162,7 @@ func sendWhole(comm Comm, src *bundle.Reader, head *status, prelude []byte, sink
 		copy(buf, prelude)
 		body := buf[head.prelude:]
 		if n, err := src.ReaderAt().ReadAt(body, src.BodyStart()); n < len(body) {
-			readErr = fmt.Errorf("%w: reading at byte %d: %w", ErrNoBundle, src.BodyStart()+int64(n), err)
+			readErr = readError(src.BodyStart()+int64(n), err)
 			clear(body[n:])
 		}
 		st.Read += time.Since(t)

@@ -82,7 +82,8 @@ func (l *leader) nodeCounts() nodeCounts {
 // presets in use, how many nodes differ from the warm-up machine (or
 // could not tell), and how many filtered GPU architectures. The counts
 // came with the agreements (l.most, l.counts); the digest and the
-// presets take one broadcast.
+// presets take one broadcast, unless every rank had them from the set
+// check.
 func (l *leader) share() error {
 	s, most, sum := l.sum, l.most, l.counts
 	s.Entries, s.Bytes, s.RawBytes = int(most[0]), most[1], most[2]

@@ -558,13 +558,7 @@ func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet) (hel
 	if err != nil {
 		return false, true, nil, err
 	}
-	counts := []int64{0, 0} // nodes that hold the set, nodes that refuse it
-	if held {
-		counts[0] = 1
-	}
-	if refuse != nil {
-		counts[1] = 1
-	}
+	counts := []int64{flag(held), flag(refuse != nil)} // nodes that hold the set, nodes that refuse it
 	if err := broadcast.AllreduceInts(group, counts, mpi.Sum); err != nil {
 		return held, true, nil, commErr("set check", err)
 	}
@@ -653,10 +647,7 @@ func (l *leader) verdict(ctx context.Context, group broadcast.NodeComm, k *sink,
 	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
 		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
 	}
-	var fileBad int64
-	if group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle) {
-		fileBad = 1
-	}
+	fileBad := flag(group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle))
 	bad, err := group.AllreduceInt64(fileBad, mpi.Max)
 	if err != nil {
 		l.abort()
