@@ -37,13 +37,14 @@ const maxPresetList = 1024
 // The summary's counts that every rank gets, two vectors that ride on
 // the agreements of Run (issue 31: each collective is a round trip at
 // scale): maxima, the largest of the leaders' (rank 0's alone for
-// [5] and [6]), are ready when the staging ends and go with its
-// agreement; its last, 1 when some rank did not get rank 0's set check
-// (a rank that does not lead, or a set rank 0 could not open), says
-// whether share must broadcast the digest and presets. nodeCounts, how
-// many nodes had each note, go with the install's.
+// [5], [6] and [8]), are ready when the staging ends and go with its
+// agreement (agreeStaging). [7], 1 when some rank did not get rank 0's
+// set check (a rank that does not lead, or a set rank 0 could not open),
+// says whether share must broadcast the digest and presets; [8], 1 when
+// rank 0 found its own file bad (verdict). nodeCounts, how many nodes
+// had each note, go with the install's.
 type (
-	maxima     [8]int64
+	maxima     [9]int64
 	nodeCounts [5]int64
 )
 
@@ -64,7 +65,7 @@ func (l *leader) maxima() maxima {
 	if l.world.Rank() == 0 {
 		m[5], m[6] = flag(s.Missing), int64(l.stats.Read)
 	}
-	m[7] = flag(!l.setSeen)
+	m[7], m[8] = flag(!l.setSeen), flag(l.fileBad)
 	return m
 }
 

@@ -257,8 +257,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 			return nil, commErr("barrier", err)
 		}
 	}
-	l.most = l.maxima()
-	if err := l.agree(local, l.most[:], mpi.Max); err != nil {
+	if err := l.agreeStaging(local); err != nil {
 		l.abort()
 		return nil, err
 	}
@@ -331,6 +330,8 @@ type leader struct {
 	content    bundle.Digest     // the set's content digest, from rank 0
 	setPresets string            // and its presets' names, from its set check
 	setSeen    bool              // which this rank got
+	fileBad    bool              // rank 0: what it read of its own file failed (verdict)
+	sameFile   bool              // another leader: its failure was to use that stream
 	info       map[string]string // HostInfo's, once infoDone
 	infoDone   bool
 	// gpuUnits: the set holds entries of GPU architectures (rank 0's
@@ -642,32 +643,51 @@ func (l *leader) streamLayers(ctx context.Context, group broadcast.NodeComm, set
 // verdict ends a stage that streamed: with local nil, the host check;
 // otherwise the staging is undone and the failure said once. What rank
 // 0 read and decoded itself failing means the file is bad: that is one
-// failure, said once for the file, not once per node.
+// failure, said once for the file, not once per node. Whether it was
+// rides on the staging's agreement (fileBad, agreeStaging), not on a
+// collective of its own (issue 31); a leader's failure to use the
+// stream is then left out (sameFile).
 func (l *leader) verdict(ctx context.Context, group broadcast.NodeComm, k *sink, local error) error {
-	if local != nil && bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
-		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
-	}
-	fileBad := flag(group.Rank() == 0 && errors.Is(local, broadcast.ErrNoBundle))
-	bad, err := group.AllreduceInt64(fileBad, mpi.Max)
-	if err != nil {
-		l.abort()
-		return commErr("agreement on the file", err)
-	}
 	if local == nil {
 		return l.checkHost(k)
+	}
+	if bundle.Unusable(local) && !errors.Is(local, broadcast.ErrNoBundle) {
+		local = fmt.Errorf("%w: %w", broadcast.ErrNoBundle, local)
 	}
 	l.abort()
 	l.staged = nil
 	if cause := context.Cause(ctx); cause != nil && errors.Is(local, context.Canceled) {
 		local = cause // why: a signal, say, rather than "context canceled"
 	}
-	switch {
-	case bad == 1 && group.Rank() == 0:
-		return local
-	case bad == 1 && errors.Is(local, broadcast.ErrNoBundle):
-		return nil // rank 0's failure fails the load everywhere
+	if errors.Is(local, broadcast.ErrNoBundle) {
+		if group.Rank() == 0 {
+			l.fileBad = true
+			return local
+		}
+		l.sameFile = true
 	}
 	return l.describe(local)
+}
+
+// agreeStaging is the staging's agreement: every rank's failure flag,
+// the summary's maxima (l.most) and whether rank 0's own file was bad go
+// in one all-reduce (max); only on the way to an error does it take the
+// failing ranks' count and reasons (broadcast.Agree), without the nodes'
+// failures to use a file rank 0 found bad.
+func (l *leader) agreeStaging(local error) error {
+	l.most = l.maxima()
+	v := append([]int64{flag(local != nil)}, l.most[:]...)
+	if err := broadcast.AllreduceInts(l.world, v, mpi.Max); err != nil {
+		return commErr("agreement", err)
+	}
+	copy(l.most[:], v[1:])
+	if v[0] == 0 {
+		return nil
+	}
+	if l.most[8] == 1 && l.sameFile {
+		local = nil // rank 0's failure fails the load everywhere
+	}
+	return l.agree(local, nil, mpi.Sum)
 }
 
 // heldSummary fills the summary of a node that keeps its DEST: rank 0

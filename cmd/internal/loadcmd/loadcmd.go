@@ -43,24 +43,50 @@ import (
 // first found first used.
 var JobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID", "LSB_JOBID", "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"}
 
-// JobID returns a job id the same on every rank of world, for the
-// default destination: the scheduler's or launcher's, else "pid" and
-// rank 0's process id. It is collective.
-func JobID(world broadcast.NodeComm, getenv func(string) string) (string, error) {
-	pid := int64(0)
+// agreeStart is what every rank of world agrees on before a load or a
+// harvest, in one all-reduce (issue 31): the job id, for the default
+// destination and the install record (the scheduler's or launcher's,
+// JobIDVars, else "pid" and rank 0's process id, which rides on the
+// all-reduce), and, for Python, whether some rank's request failed:
+// local, or plan's error (a usage error). plan makes the front's plan for
+// a job id; its error does not depend on the id, so it is known before
+// the id. For Python it returns the agreed error (a *broadcast.Error or
+// nil, the same on every rank), for the CLI local or plan's error; err is
+// the communicator's failure.
+func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, local error, plan func(job string) error) (agreed, err error) {
+	pid := []int64{0}
 	if world.Rank() == 0 {
-		pid = int64(os.Getpid())
+		pid[0] = int64(os.Getpid())
 	}
-	p0, err := world.AllreduceInt64(pid, mpi.Max)
-	if err != nil {
-		return "", err
-	}
-	for _, k := range JobIDVars {
-		if v := getenv(k); v != "" {
-			return v, nil
+	job := func() string {
+		for _, k := range JobIDVars {
+			if v := getenv(k); v != "" {
+				return v
+			}
 		}
+		return "pid" + strconv.FormatInt(pid[0], 10)
 	}
-	return "pid" + strconv.FormatInt(p0, 10), nil
+	if f != Python {
+		if err := broadcast.AllreduceInts(world, pid, mpi.Max); err != nil {
+			return nil, err
+		}
+		if err := plan(job()); err != nil && local == nil {
+			local = &usageError{err}
+		}
+		return local, nil
+	}
+	if err := plan(""); err != nil && local == nil {
+		local = &usageError{err}
+	}
+	fail, err := broadcast.AgreeWith(world, local, load.MaxNamed, pid, mpi.Max)
+	if err != nil {
+		return nil, err
+	}
+	plan(job()) // as plan(""): its error is agreed on
+	if fail == nil {
+		return nil, nil
+	}
+	return fail, nil
 }
 
 // Dest returns dest, absolute, or when dest is "" the default node-local

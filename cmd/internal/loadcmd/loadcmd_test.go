@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kbundle/kbundle/broadcast"
@@ -21,9 +22,12 @@ func env(kv ...string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-// TestJobID: the scheduler's id first (in JobIDVars' order), else rank
-// 0's process id on every rank.
-func TestJobID(t *testing.T) {
+// TestAgreeStart: the job id is the scheduler's (in JobIDVars' order),
+// else rank 0's process id, on every rank and for both fronts, in one
+// collective; Python's ranks also agree on one rank's bad request in
+// it, the CLI's keep their own.
+func TestAgreeStart(t *testing.T) {
+	bad := errors.New("bad request on rank 1")
 	for _, c := range []struct {
 		env  func(string) string
 		want string
@@ -33,16 +37,41 @@ func TestJobID(t *testing.T) {
 		{env("PMIX_NAMESPACE", "ns"), "ns"},
 		{env(), "pid" + strconv.Itoa(os.Getpid())},
 	} {
-		ids := broadcasttest.OnEveryRank(broadcasttest.World(0, 0, 1), func(w *broadcasttest.Comm) string {
-			id, err := JobID(w, c.env)
-			if err != nil {
-				t.Error(err)
-			}
-			return id
-		})
-		for rank, id := range ids {
-			if id != c.want {
-				t.Errorf("rank %d: %q, want %q", rank, id, c.want)
+		for _, f := range []Front{CLI, Python} {
+			for _, fail := range []bool{false, true} {
+				world := broadcasttest.World(0, 0, 1)
+				var calls atomic.Int32
+				for _, w := range world {
+					w.Trace = func(string, int) { calls.Add(1) }
+				}
+				type out struct {
+					job   string
+					local error
+				}
+				outs := broadcasttest.OnEveryRank(world, func(w *broadcasttest.Comm) out {
+					var local error
+					if fail && w.Rank() == 1 {
+						local = bad
+					}
+					var o out
+					var err error
+					o.local, err = agreeStart(w, f, c.env, local, func(job string) error { o.job = job; return nil })
+					if err != nil {
+						t.Error(err)
+					}
+					return o
+				})
+				for rank, o := range outs {
+					if o.job != c.want {
+						t.Errorf("%v: rank %d: %q, want %q", f, rank, o.job, c.want)
+					}
+					if want := fail && (f == Python || rank == 1); (o.local != nil) != want || want && !strings.Contains(o.local.Error(), bad.Error()) {
+						t.Errorf("%v, rank 1 failing %v: rank %d: %v", f, fail, rank, o.local)
+					}
+				}
+				if n := int(calls.Load()) / len(world); !fail && n != 1 {
+					t.Errorf("%v: %d collectives a rank, want 1", f, n)
+				}
 			}
 		}
 	}

@@ -40,27 +40,16 @@ func AtComm(err error) error {
 // alone. Every rank returns the same outcome, except a Comm failure; on
 // success it is Loaded's.
 func Load(ctx context.Context, world broadcast.NodeComm, f Front, o Options, local error, usingMPI, tasks bool) Outcome {
-	job, err := JobID(world, o.getenv)
+	var plan load.Plan
+	local, err := agreeStart(world, f, o.getenv, local, func(job string) (err error) {
+		plan, err = o.Plan(job, usingMPI, tasks)
+		return err
+	})
 	if err != nil {
 		return Failure(f, AtComm(err))
 	}
-	plan, err := o.Plan(job, usingMPI, tasks)
-	if err != nil && local == nil {
-		local = &usageError{err}
-	}
-	if f == Python {
-		agreed, err := broadcast.Agree(world, local, load.MaxNamed)
-		if err != nil {
-			return Failure(f, AtComm(err))
-		}
-		switch {
-		case agreed == nil:
-			local = nil
-		case errors.Is(agreed, broadcast.ErrNoBundle):
-			local = agreed
-		default:
-			local = &usageError{agreed} // argument problems: ErrUsage is not on the wire
-		}
+	if f == Python && local != nil && !errors.Is(local, broadcast.ErrNoBundle) {
+		local = &usageError{local} // argument problems: ErrUsage is not on the wire
 	}
 	if local != nil {
 		return Failure(f, local)
