@@ -27,26 +27,54 @@ type Nodes struct {
 	borrowed           bool // Leaders is the world itself: not freed
 }
 
+// A Placement is what the ranks of a Placed world agreed, before
+// SplitNodes, of where they are: whether every one of them is alone on
+// its node (AllAlone) or not (NotAllAlone), each rank's Alone combined by
+// min in a collective of the caller's, which has figures of its own to
+// agree on then (issue 31: each collective is a round trip at scale).
+// PlacementUnknown: SplitNodes asks.
+type Placement int8
+
+const (
+	// PlacementUnknown: not agreed; SplitNodes asks.
+	PlacementUnknown Placement = iota
+	// AllAlone: every rank is alone on its node.
+	AllAlone
+	// NotAllAlone: some rank shares its node (or its launcher did not say).
+	NotAllAlone
+)
+
+// Alone is this rank's part of the placement check of world: 1 where
+// world is Placed and its launcher put this rank alone on its node,
+// else 0.
+func Alone(world NodeComm) int64 {
+	if p, ok := world.(Placed); ok && p.RanksOnNode() == 1 {
+		return 1
+	}
+	return 0
+}
+
 // SplitNodes splits world by node, collectively: by shared memory, or,
 // when ranksPerNode > 0 (a test's fake nodes), into nodes of ranksPerNode
 // consecutive ranks. A Placed world where every rank is alone on its node
-// needs no split: one all-reduce says so, each rank leads a node of its
-// own (Node is Self), and Leaders is world itself. An error names the
-// step that failed ("ranks on nodes", "split by node", "node ranks",
-// "split leaders"); the caller marks it as a communicator failure in its
-// own words. Free frees what it made.
-func SplitNodes(world NodeComm, ranksPerNode int) (*Nodes, error) {
+// needs no split: one all-reduce says so (none where known says what the
+// ranks agreed), each rank leads a node of its own (Node is Self), and
+// Leaders is world itself. An error names the step that failed ("ranks
+// on nodes", "split by node", "node ranks", "split leaders"); the caller
+// marks it as a communicator failure in its own words. Free frees what
+// it made.
+func SplitNodes(world NodeComm, ranksPerNode int, known Placement) (*Nodes, error) {
 	n := &Nodes{ranksPerNode: ranksPerNode, rank: world.Rank()}
-	if p, ok := world.(Placed); ok && ranksPerNode <= 0 {
-		alone := int64(0)
-		if p.RanksOnNode() == 1 {
-			alone = 1
+	if _, ok := world.(Placed); ok && ranksPerNode <= 0 {
+		all := known == AllAlone
+		if known == PlacementUnknown {
+			min, err := world.AllreduceInt64(Alone(world), mpi.Min)
+			if err != nil {
+				return nil, fmt.Errorf("ranks on nodes: %w", err)
+			}
+			all = min == 1
 		}
-		all, err := world.AllreduceInt64(alone, mpi.Min)
-		if err != nil {
-			return nil, fmt.Errorf("ranks on nodes: %w", err)
-		}
-		if all == 1 {
+		if all {
 			n.Node, n.Leaders, n.borrowed = Self(), world, true
 			n.First, n.Last, n.Count, n.Leader = n.rank, n.rank, world.Size(), true
 			return n, nil

@@ -34,52 +34,69 @@ type Sink interface {
 // error; the caller agrees on it) and the error of the collective itself:
 // the *Error of a failure rank 0 announced, or one matching ErrComm.
 func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink, st *Stats) (local, err error) {
-	if comm == nil {
-		return nil, errors.New("broadcast: nil communicator")
+	if err := valid(comm); err != nil {
+		return nil, err
 	}
 	if st == nil {
 		st = new(Stats)
 	}
-	rank, size := comm.Rank(), comm.Size()
-	if size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("broadcast: rank %d of %d: not a valid communicator", rank, size)
-	}
-	if chunk <= 0 {
-		chunk = DefaultChunkSize
-	}
-	if chunk > MaxChunkSize {
-		chunk = MaxChunkSize
-	}
 	t := time.Now()
-	var head *status
-	var prelude []byte
-	if rank == 0 {
-		if srcErr == nil && src == nil {
-			srcErr = errors.New("broadcast: no bundle given to rank 0")
-		}
-		if srcErr == nil {
-			prelude, srcErr = src.Prelude()
-		}
-		if srcErr != nil {
-			head = failure(fmt.Errorf("%w: %w", ErrNoBundle, srcErr), 0, 1)
-		} else {
-			head = &status{chunk: chunk, size: src.Size(), prelude: int64(len(prelude)), digest: src.FileDigest()}
-		}
+	msg, prelude := make([]byte, StatusLen), []byte(nil)
+	if comm.Rank() == 0 {
+		msg, prelude = Announce(src, srcErr, chunk)
 		st.Read += time.Since(t)
-	}
-	msg := make([]byte, statusLen)
-	if rank == 0 {
-		msg = head.encode()
 	}
 	if err := comm.Bcast(msg, 0); err != nil {
 		return nil, commErr("status broadcast", err)
 	}
-	head, err = decodeStatus(msg)
+	st.Bcast += time.Since(t)
+	return StreamAnnounced(comm, msg, src, prelude, sink, st)
+}
+
+// StatusLen is the length of a stream's status (docs/WIRE.md, "Status").
+const StatusLen = statusLen
+
+// Announce returns the status of a stream of src that rank 0 broadcasts
+// first (docs/WIRE.md, "Status"; StatusLen bytes), and the prelude it
+// sends next, for a caller that sends the status in a broadcast of its
+// own, with what else rank 0 has to say then, before StreamAnnounced: a
+// round trip less (issue 31). srcErr, or a failure to read the prelude,
+// makes it a failure status; chunk is Stream's.
+func Announce(src *bundle.Reader, srcErr error, chunk int64) (msg, prelude []byte) {
+	if chunk <= 0 {
+		chunk = DefaultChunkSize
+	}
+	chunk = min(chunk, MaxChunkSize)
+	if srcErr == nil && src == nil {
+		srcErr = errors.New("broadcast: no bundle given to rank 0")
+	}
+	if srcErr == nil {
+		prelude, srcErr = src.Prelude()
+	}
+	if srcErr != nil {
+		return failure(fmt.Errorf("%w: %w", ErrNoBundle, srcErr), 0, 1).encode(), nil
+	}
+	return (&status{chunk: chunk, size: src.Size(), prelude: int64(len(prelude)), digest: src.FileDigest()}).encode(), prelude
+}
+
+// StreamAnnounced is Stream after its status: msg is the status every
+// rank of comm got from rank 0 (Announce's there), and rank 0 passes
+// Announce's prelude and the bundle src it announced. It returns as
+// Stream does; a failure status is rank 0's announced failure.
+func StreamAnnounced(comm Comm, msg []byte, src *bundle.Reader, prelude []byte, sink Sink, st *Stats) (local, err error) {
+	if err := valid(comm); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		st = new(Stats)
+	}
+	t := time.Now()
+	rank := comm.Rank()
+	head, err := decodeStatus(msg)
 	if err != nil {
 		return nil, err
 	}
 	if head.failed {
-		st.Bcast += time.Since(t)
 		return nil, head.err()
 	}
 	st.Size = head.size
@@ -87,6 +104,8 @@ func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink,
 		if head.prelude > head.size || head.prelude > bundle.MaxIndexLen+64 {
 			return nil, fmt.Errorf("%w: prelude of %d bytes", ErrStatus, head.prelude)
 		}
+	} else if src == nil || int64(len(prelude)) != head.prelude {
+		return nil, fmt.Errorf("broadcast: rank 0 streams a bundle other than the one it announced")
 	}
 	if head.size <= head.chunk {
 		local, err = sendWhole(comm, src, head, prelude, sink, st)
@@ -112,6 +131,17 @@ func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink,
 	}
 	st.Bcast += time.Since(t)
 	return local, err
+}
+
+// valid checks comm's rank and size.
+func valid(comm Comm) error {
+	if comm == nil {
+		return errors.New("broadcast: nil communicator")
+	}
+	if rank, size := comm.Rank(), comm.Size(); size < 1 || rank < 0 || rank >= size {
+		return fmt.Errorf("broadcast: rank %d of %d: not a valid communicator", rank, size)
+	}
+	return nil
 }
 
 // write hands p to sink, remembering its first error in local. After a

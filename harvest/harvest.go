@@ -54,11 +54,13 @@ type Plan struct {
 	Search       string
 	Host         string // this node's name, for the report
 	RanksPerNode int    // as load.Plan.RanksPerNode (tests)
-	Chunk        int    // file bytes per message, before compression; 0: DefaultChunk
-	Writer       bundle.WriterOptions
-	Trust        *bundle.TrustPolicy
-	DryRun       bool   // choose and report, move and write nothing
-	Job          string // the job id, for the use record
+	// Placement is as load.Plan.Placement.
+	Placement broadcast.Placement
+	Chunk     int // file bytes per message, before compression; 0: DefaultChunk
+	Writer    bundle.WriterOptions
+	Trust     *bundle.TrustPolicy
+	DryRun    bool   // choose and report, move and write nothing
+	Job       string // the job id, for the use record
 	// MaxSize, when above 0, bounds the set's merged view (raw bytes):
 	// past it, rank 0 merges the set without its least recently used
 	// cache units, down to 90 % (bundle.MergeOptions.MaxSize).
@@ -247,7 +249,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (*Summary, er
 		plan.Chunk = DefaultChunk
 	}
 	plan.Chunk = min(plan.Chunk, maxPiece)
-	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode, plan.Placement)
 	if err != nil {
 		return nil, fmt.Errorf("%w: harvest: %w", broadcast.ErrComm, err)
 	}

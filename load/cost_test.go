@@ -28,10 +28,14 @@ func TestRunCollectives(t *testing.T) {
 		nodes        []int
 		placed       bool
 		most, splits int
+		known        broadcast.Placement // Plan.Placement
 	}{
-		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, false, 12, 2},
-		{"3 nodes x 2, placed", []int{0, 0, 1, 1, 2, 2}, true, 13, 2},
-		{"3 nodes x 1, placed", []int{0, 1, 2}, true, 7, 0},
+		{"3 nodes x 2", []int{0, 0, 1, 1, 2, 2}, false, 11, 2, broadcast.PlacementUnknown},
+		{"3 nodes x 2, placed", []int{0, 0, 1, 1, 2, 2}, true, 12, 2, broadcast.PlacementUnknown},
+		{"3 nodes x 1, placed", []int{0, 1, 2}, true, 6, 0, broadcast.PlacementUnknown},
+		// The placement agreed before (loadcmd's start) is not asked.
+		{"3 nodes x 2, placed, agreed", []int{0, 0, 1, 1, 2, 2}, true, 11, 2, broadcast.NotAllAlone},
+		{"3 nodes x 1, placed, agreed", []int{0, 1, 2}, true, 5, 0, broadcast.AllAlone},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			world := broadcasttest.World(c.nodes...)
@@ -60,7 +64,7 @@ func TestRunCollectives(t *testing.T) {
 					if c.placed {
 						comm = broadcasttest.Placed(w, w.OnNode())
 					}
-					s, err := load.Run(context.Background(), comm, load.Plan{Bundle: file, Parents: true, Window: 1, BorrowNodeCPUs: true, Presets: presets,
+					s, err := load.Run(context.Background(), comm, load.Plan{Bundle: file, Parents: true, Window: 1, BorrowNodeCPUs: true, Presets: presets, Placement: c.known,
 						Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[w.Rank()]), "dest"), Host: fmt.Sprintf("kbn%d", c.nodes[w.Rank()])})
 					sums[w.Rank()] = s
 					return err

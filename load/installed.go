@@ -41,6 +41,11 @@ const setInfoLen = 1 + 16 + 2 + maxPresetList + 2 + 4096 + 2 + maxLayerList + 1
 // names of 30 bytes and their commas.
 const maxLayerList = bundle.MaxLayers * 31
 
+// setCheckLen is the size of the set check's broadcast: the set info,
+// then the base's stream status (broadcast.Announce), which its stream
+// then leaves out (issue 31: a round trip less).
+const setCheckLen = setInfoLen + broadcast.StatusLen
+
 // setInfo is what rank 0 read from the bundle's header and index.
 type setInfo struct {
 	ok      bool // rank 0 opened the bundle and chose its presets
@@ -111,9 +116,15 @@ func decodeSetInfo(b []byte) *setInfo {
 // this node keeps its Dest as it is. refuse: this node's Dest holds a tree
 // kbundle installed that changed since, which only --force replaces. A
 // returned error matching broadcast.ErrComm is local.
-func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bool, refuse, err error) {
-	buf := make([]byte, setInfoLen)
+func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet, srcErr error) (held bool, refuse, err error) {
+	buf := make([]byte, setCheckLen)
 	if group.Rank() == 0 {
+		var base *bundle.Reader
+		if set != nil {
+			base = set.Read[0].Reader
+		}
+		status, prelude := broadcast.Announce(base, srcErr, l.plan.ChunkSize)
+		l.basePrelude = prelude
 		si := &setInfo{path: l.bundlePath}
 		if set != nil {
 			if ps, perr := l.choosePresets(set.Read[0].Meta()); perr == nil {
@@ -131,12 +142,13 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet) (held bo
 			}
 			si.gpu = preset.HasGPUUnits(all)
 		}
-		buf = si.encode()
+		buf = append(si.encode(), status...)
 	}
 	if err := group.Bcast(buf, 0); err != nil {
 		return false, nil, commErr("set check", err)
 	}
-	si := decodeSetInfo(buf)
+	l.baseStatus = buf[setInfoLen:]
+	si := decodeSetInfo(buf[:setInfoLen])
 	if group.Rank() != 0 {
 		l.bundlePath = si.path
 	}

@@ -115,6 +115,11 @@ type Plan struct {
 	// ranks one "node" instead of splitting by shared memory, with Dest
 	// suffixed ".node<k>": the multi-node path on one machine, for tests.
 	RanksPerNode int
+	// Placement is what the caller's ranks agreed of a Placed world's
+	// placement in a collective of their own (broadcast.Placement): Run
+	// then does not ask. The zero value: it asks, when the world is
+	// Placed.
+	Placement broadcast.Placement
 }
 
 // Summary says what Run did. Fields marked "leaders" are set on node
@@ -209,7 +214,7 @@ func Run(ctx context.Context, world broadcast.NodeComm, plan Plan) (_ *Summary, 
 	if plan.Dest == "" {
 		return nil, errors.New("load: no destination directory")
 	}
-	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode)
+	nodes, err := broadcast.SplitNodes(world, plan.RanksPerNode, plan.Placement)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", broadcast.ErrComm, err)
 	}
@@ -314,26 +319,28 @@ func (l *leader) tell(group broadcast.NodeComm) error {
 
 // leader carries one rank's part of a Run.
 type leader struct {
-	plan       Plan
-	world      broadcast.NodeComm
-	nodes      *broadcast.Nodes // this rank's node, its ranks and its fake-node DEST
-	sum        *Summary
-	staged     *bundle.Staged
-	madeDest   bool // avoidTaken made (claimed) the empty Dest
-	presets    []*preset.Preset
-	stats      broadcast.Stats
-	extract    time.Duration
-	most       maxima            // the summary's figures, from the staging's agreement
-	counts     nodeCounts        // and its node counts, from the install's
-	bundlePath string            // rank 0's bundle, absolute, for the install record
-	layerPaths []string          // the set's layers above its base, in order
-	content    bundle.Digest     // the set's content digest, from rank 0
-	setPresets string            // and its presets' names, from its set check
-	setSeen    bool              // which this rank got
-	fileBad    bool              // rank 0: what it read of its own file failed (verdict)
-	sameFile   bool              // another leader: its failure was to use that stream
-	info       map[string]string // HostInfo's, once infoDone
-	infoDone   bool
+	plan        Plan
+	world       broadcast.NodeComm
+	nodes       *broadcast.Nodes // this rank's node, its ranks and its fake-node DEST
+	sum         *Summary
+	staged      *bundle.Staged
+	madeDest    bool // avoidTaken made (claimed) the empty Dest
+	presets     []*preset.Preset
+	stats       broadcast.Stats
+	extract     time.Duration
+	most        maxima            // the summary's figures, from the staging's agreement
+	counts      nodeCounts        // and its node counts, from the install's
+	bundlePath  string            // rank 0's bundle, absolute, for the install record
+	layerPaths  []string          // the set's layers above its base, in order
+	content     bundle.Digest     // the set's content digest, from rank 0
+	setPresets  string            // and its presets' names, from its set check
+	setSeen     bool              // which this rank got
+	baseStatus  []byte            // the base's stream status, from the set check
+	basePrelude []byte            // rank 0: the base's prelude (broadcast.Announce)
+	fileBad     bool              // rank 0: what it read of its own file failed (verdict)
+	sameFile    bool              // another leader: its failure was to use that stream
+	info        map[string]string // HostInfo's, once infoDone
+	infoDone    bool
 	// gpuUnits: the set holds entries of GPU architectures (rank 0's
 	// setInfo); skip is this node's filter (nil: none), skippedArchs what
 	// it left out; allArchs: it saw no GPU and installs every one.
@@ -502,7 +509,7 @@ func (l *leader) stage(ctx context.Context, group broadcast.NodeComm) error {
 	if set != nil && srcErr == nil {
 		defer set.Close()
 	}
-	held, done, sub, err := l.splitHeld(group, set)
+	held, done, sub, err := l.splitHeld(group, set, srcErr)
 	if done {
 		return err
 	}
@@ -554,8 +561,8 @@ func (l *leader) openSet(group broadcast.NodeComm) (set *bundle.OpenedSet, err e
 // holds it, or this one does), and err is its outcome. Otherwise sub,
 // when not nil, is the communicator of the nodes the set streams to,
 // split off group, for the caller to free.
-func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet) (held, done bool, sub broadcast.NodeComm, err error) {
-	held, refuse, err := l.checkHeld(group, set)
+func (l *leader) splitHeld(group broadcast.NodeComm, set *bundle.OpenedSet, srcErr error) (held, done bool, sub broadcast.NodeComm, err error) {
+	held, refuse, err := l.checkHeld(group, set, srcErr)
 	if err != nil {
 		return false, true, nil, err
 	}
@@ -604,7 +611,12 @@ func (l *leader) streamLayers(ctx context.Context, group broadcast.NodeComm, set
 			src = set.Read[i].Reader
 		}
 		k.layer = i
-		loc, err := broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
+		var loc error
+		if i == 0 { // its status came with the set check
+			loc, err = broadcast.StreamAnnounced(group, l.baseStatus, src, l.basePrelude, k, &l.stats)
+		} else {
+			loc, err = broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
+		}
 		if err != nil {
 			close(k.next)
 			if k.s != nil {

@@ -156,15 +156,15 @@ func TestRunAllOrNothing(t *testing.T) {
 	}
 }
 
-// flipLast flips a byte of the body as received: the middle of the third
-// broadcast (the set check, the status, then the prelude and the body in
-// one, since the test bundle is shorter than a chunk; its body is far
-// longer than its prelude).
-func flipLast() func([]byte) { return flipNth(3) }
+// flipLast flips a byte of the body as received: the middle of the
+// second broadcast (the set check with the stream's status, then the
+// prelude and the body in one, since the test bundle is shorter than a
+// chunk; its body is far longer than its prelude).
+func flipLast() func([]byte) { return flipNth(2) }
 
-// flipPrelude flips a byte of the index as received: the third
+// flipPrelude flips a byte of the index as received: the second
 // broadcast's 21st byte, after the header's 16.
-func flipPrelude() func([]byte) { return flipAt(3, func(int) int { return 20 }) }
+func flipPrelude() func([]byte) { return flipAt(2, func(int) int { return 20 }) }
 
 // flipNth flips the middle byte of the n-th buffer received.
 func flipNth(n int) func([]byte) { return flipAt(n, func(l int) int { return l / 2 }) }
@@ -300,10 +300,10 @@ func TestRunGuessableDestTaken(t *testing.T) {
 			os.Mkdir(filepath.Join(base, "n0"), 0o755) // there node 0 claims its Dest, then moves
 			var corrupt map[int]func([]byte)
 			if c.damaged {
-				// The body: in the fourth broadcast here, after the
-				// destination check's, the set check's and the status,
-				// with the prelude.
-				corrupt = map[int]func([]byte){2: flipNth(4)}
+				// The body: in the third broadcast here, after the
+				// destination check's and the set check's (with the
+				// stream's status), with the prelude.
+				corrupt = map[int]func([]byte){2: flipNth(3)}
 			}
 			sums, errs := run(t, nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", nodes[rank]), "dest"),

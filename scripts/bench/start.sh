@@ -26,6 +26,11 @@
 #   py-mpi4py-coll  py-mpi4py, then one allreduce (its first collective)
 #   py-inproc     py-mpi4py, then kbundle.load_bundle(MPI.COMM_WORLD) of the
 #                 numba set: in-process, inside the application's launch
+#   py-inproc-coll  py-inproc, then the application's first allreduce:
+#                 against py-mpi4py-coll, what load_bundle adds to the start
+#                 of an application that communicates (Open MPI makes its
+#                 TCP connections on first use, which load_bundle's first
+#                 collective then pays for it)
 # KBUNDLE_BENCH_KB_B=BINARY adds empty-b and load-numba-b: those cases
 # with another kbundle build (an older commit's), interleaved with the
 # rest, an A/B of one run; KBUNDLE_BENCH_PY_B=DIR (another build's python/
@@ -124,7 +129,7 @@ export PYTHONPATH=$PWD/python
 "$python" -m compileall -q python/kbundle
 
 # shellcheck disable=SC2086 # one case per preset
-cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc"
+cases="true hello hello-coll empty $(printf 'load-%s ' $presets)probe py-mpi4py py-mpi4py-coll py-inproc py-inproc-coll"
 kb_b=${KBUNDLE_BENCH_KB_B:-}
 [[ -z $kb_b ]] || cases+=" empty-b load-numba-b"
 py_b=${KBUNDLE_BENCH_PY_B:-}
@@ -185,6 +190,7 @@ if not (r["ok"] and r["entries"] == 60 and r["nodes"] == int(sys.argv[2]) and r[
 			py-mpi4py) "${run[@]}" "$python" -c 'from mpi4py import MPI' ;;
 			py-mpi4py-coll) "${run[@]}" "$python" -c 'from mpi4py import MPI; MPI.COMM_WORLD.allreduce(1)' ;;
 			py-inproc) "${run[@]}" "$python" -c "$inproc" "$work/numba.kbundle" "$local/start" ;;
+			py-inproc-coll) "${run[@]}" "$python" -c "$inproc; MPI.COMM_WORLD.allreduce(1)" "$work/numba.kbundle" "$local/start" ;;
 			py-inproc-b) PYTHONPATH=$py_b "${run[@]}" "$python" -c "$inproc" "$work/numba.kbundle" "$local/start" ;;
 			esac 2>>"$work/stderr.log"
 			t1=$(now)
@@ -203,6 +209,8 @@ if not (r["ok"] and r["entries"] == 60 and r["nodes"] == int(sys.argv[2]) and r[
 	done
 	printf '| %d x %d | py-inproc - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$nodes" "$ppn" \
 		"$(paired py-inproc py-mpi4py)" "$(paired py-inproc py-mpi4py-coll)"
+	[[ " $cases " != *" py-inproc-coll "* ]] || printf '| %d x %d | py-inproc-coll - py-mpi4py-coll, paired | | %.3f | | | |\n' "$nodes" "$ppn" \
+		"$(paired py-inproc-coll py-mpi4py-coll)"
 	[[ -z $py_b ]] || printf '| %d x %d | py-inproc-b - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$nodes" "$ppn" \
 		"$(paired py-inproc-b py-mpi4py)" "$(paired py-inproc-b py-mpi4py-coll)"
 	echo "| $nodes x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"

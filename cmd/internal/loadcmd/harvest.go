@@ -281,8 +281,9 @@ func refusalFix(f Front, err error) string {
 // except a Comm failure; on success it is Harvested's.
 func Harvest(ctx context.Context, world broadcast.NodeComm, f Front, o HarvestOptions, local error, usingMPI bool) HarvestOutcome {
 	var plan harvest.Plan
-	local, err := agreeStart(world, f, o.getenv, local, func(job string) (err error) {
+	local, err := agreeStart(world, f, o.getenv, local, func(job string, placed broadcast.Placement) (err error) {
 		plan, err = o.Plan(job, usingMPI)
+		plan.Placement = placed
 		return err
 	})
 	if err != nil {

@@ -47,42 +47,52 @@ var JobIDVars = []string{"SLURM_JOB_ID", "FLUX_JOB_ID", "PBS_JOBID", "PALS_APID"
 // harvest, in one all-reduce (issue 31): the job id, for the default
 // destination and the install record (the scheduler's or launcher's,
 // JobIDVars, else "pid" and rank 0's process id, which rides on the
-// all-reduce), and, for Python, whether some rank's request failed:
-// local, or plan's error (a usage error). plan makes the front's plan for
-// a job id; its error does not depend on the id, so it is known before
-// the id. For Python it returns the agreed error (a *broadcast.Error or
-// nil, the same on every rank), for the CLI local or plan's error; err is
-// the communicator's failure.
-func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, local error, plan func(job string) error) (agreed, err error) {
-	pid := []int64{0}
+// all-reduce); whether every rank is alone on its node
+// (broadcast.Placement, which the load's or harvest's split of the nodes
+// would ask in a collective of its own); and, for Python, whether some
+// rank's request failed: local, or plan's error (a usage error). plan
+// makes the front's plan for a job id and placement; its error depends
+// on neither, so it is known before them. For Python it returns the
+// agreed error (a *broadcast.Error or nil, the same on every rank), for
+// the CLI local or plan's error; err is the communicator's failure.
+func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, local error,
+	plan func(job string, p broadcast.Placement) error) (agreed, err error) {
+	// Both under max: rank 0's pid, and 1 where some rank is not alone.
+	vals := []int64{0, 1 - broadcast.Alone(world)}
 	if world.Rank() == 0 {
-		pid[0] = int64(os.Getpid())
+		vals[0] = int64(os.Getpid())
 	}
-	job := func() string {
+	agreedPlan := func() error {
+		job := "pid" + strconv.FormatInt(vals[0], 10)
 		for _, k := range JobIDVars {
 			if v := getenv(k); v != "" {
-				return v
+				job = v
+				break
 			}
 		}
-		return "pid" + strconv.FormatInt(pid[0], 10)
+		placed := broadcast.AllAlone
+		if vals[1] == 1 {
+			placed = broadcast.NotAllAlone
+		}
+		return plan(job, placed)
 	}
 	if f != Python {
-		if err := broadcast.AllreduceInts(world, pid, mpi.Max); err != nil {
+		if err := broadcast.AllreduceInts(world, vals, mpi.Max); err != nil {
 			return nil, err
 		}
-		if err := plan(job()); err != nil && local == nil {
+		if err := agreedPlan(); err != nil && local == nil {
 			local = &usageError{err}
 		}
 		return local, nil
 	}
-	if err := plan(""); err != nil && local == nil {
+	if err := plan("", broadcast.PlacementUnknown); err != nil && local == nil {
 		local = &usageError{err}
 	}
-	fail, err := broadcast.AgreeWith(world, local, load.MaxNamed, pid, mpi.Max)
+	fail, err := broadcast.AgreeWith(world, local, load.MaxNamed, vals, mpi.Max)
 	if err != nil {
 		return nil, err
 	}
-	plan(job()) // as plan(""): its error is agreed on
+	agreedPlan() // as plan's first: its error is agreed on
 	if fail == nil {
 		return nil, nil
 	}

@@ -55,7 +55,7 @@ func TestAgreeStart(t *testing.T) {
 					}
 					var o out
 					var err error
-					o.local, err = agreeStart(w, f, c.env, local, func(job string) error { o.job = job; return nil })
+					o.local, err = agreeStart(w, f, c.env, local, func(job string, p broadcast.Placement) error { o.job = job; return nil })
 					if err != nil {
 						t.Error(err)
 					}
@@ -147,6 +147,38 @@ func TestCLIDest(t *testing.T) {
 			t.Errorf("%q: %q %v, want a usage error", c.to, got, err)
 		case c.want != "" && (err != nil || !strings.HasSuffix(got, c.want)):
 			t.Errorf("%q %q: %q %v, want ...%s", c.to, c.job, got, err, c.want)
+		}
+	}
+}
+
+// TestAgreeStartPlacement: the placement the load's split of the nodes
+// would ask is agreed in agreeStart's one all-reduce, for both fronts:
+// every rank alone on its node, as its launcher says, or not.
+func TestAgreeStartPlacement(t *testing.T) {
+	for _, c := range []struct {
+		hosts []int
+		want  broadcast.Placement
+	}{
+		{[]int{0, 1, 2}, broadcast.AllAlone},
+		{[]int{0, 0, 1}, broadcast.NotAllAlone},
+		{[]int{0}, broadcast.AllAlone},
+	} {
+		for _, f := range []Front{CLI, Python} {
+			got := broadcasttest.OnEveryRank(broadcasttest.World(c.hosts...), func(w *broadcasttest.Comm) broadcast.Placement {
+				var placed broadcast.Placement
+				if _, err := agreeStart(broadcasttest.Placed(w, w.OnNode()), f, env(), nil, func(_ string, p broadcast.Placement) error {
+					placed = p
+					return nil
+				}); err != nil {
+					t.Error(err)
+				}
+				return placed
+			})
+			for r, p := range got {
+				if p != c.want {
+					t.Errorf("%v, hosts %v: rank %d: placement %v, want %v", f, c.hosts, r, p, c.want)
+				}
+			}
 		}
 	}
 }

@@ -41,8 +41,9 @@ func AtComm(err error) error {
 // success it is Loaded's.
 func Load(ctx context.Context, world broadcast.NodeComm, f Front, o Options, local error, usingMPI, tasks bool) Outcome {
 	var plan load.Plan
-	local, err := agreeStart(world, f, o.getenv, local, func(job string) (err error) {
+	local, err := agreeStart(world, f, o.getenv, local, func(job string, placed broadcast.Placement) (err error) {
 		plan, err = o.Plan(job, usingMPI, tasks)
+		plan.Placement = placed
 		return err
 	})
 	if err != nil {

@@ -270,7 +270,7 @@ func StatusNodes(world broadcast.NodeComm, dests []string, getenv func(string) s
 	if err != nil {
 		return nil, 0, &usageError{err}
 	}
-	layout, err := broadcast.SplitNodes(world, k.RanksPerNode)
+	layout, err := broadcast.SplitNodes(world, k.RanksPerNode, broadcast.PlacementUnknown)
 	if err != nil {
 		return nil, 0, AtComm(err)
 	}
