@@ -104,8 +104,6 @@ func StreamAnnounced(comm Comm, msg []byte, src *bundle.Reader, prelude []byte, 
 		if head.prelude > head.size || head.prelude > bundle.MaxIndexLen+64 {
 			return nil, fmt.Errorf("%w: prelude of %d bytes", ErrStatus, head.prelude)
 		}
-	} else if src == nil || int64(len(prelude)) != head.prelude {
-		return nil, fmt.Errorf("broadcast: rank 0 streams a bundle other than the one it announced")
 	}
 	if head.size <= head.chunk {
 		local, err = sendWhole(comm, src, head, prelude, sink, st)
