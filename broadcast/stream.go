@@ -53,11 +53,12 @@ func Stream(comm Comm, src *bundle.Reader, srcErr error, chunk int64, sink Sink,
 	return StreamAnnounced(comm, msg, src, prelude, sink, st)
 }
 
-// StatusLen is the length of a stream's status (docs/WIRE.md, "Status").
+// StatusLen is the length of a stream's status (docs/WIRE.md, "Sequence",
+// step 1).
 const StatusLen = statusLen
 
 // Announce returns the status of a stream of src that rank 0 broadcasts
-// first (docs/WIRE.md, "Status"; StatusLen bytes), and the prelude it
+// first (docs/WIRE.md, "Sequence", step 1; StatusLen bytes), and the prelude it
 // sends next, for a caller that sends the status in a broadcast of its
 // own, with what else rank 0 has to say then, before StreamAnnounced: a
 // round trip less (issue 31). srcErr, or a failure to read the prelude,
@@ -80,9 +81,11 @@ func Announce(src *bundle.Reader, srcErr error, chunk int64) (msg, prelude []byt
 }
 
 // StreamAnnounced is Stream after its status: msg is the status every
-// rank of comm got from rank 0 (Announce's there), and rank 0 passes
-// Announce's prelude and the bundle src it announced. It returns as
-// Stream does; a failure status is rank 0's announced failure.
+// rank of comm got from rank 0 (Announce's there), and rank 0 must pass
+// the bundle src it announced and Announce's prelude (another src, or
+// none, with a success status is the caller's bug: rank 0 panics, or the
+// receivers' digests fail). It returns as Stream does; a failure status
+// is rank 0's announced failure.
 func StreamAnnounced(comm Comm, msg []byte, src *bundle.Reader, prelude []byte, sink Sink, st *Stats) (local, err error) {
 	if err := valid(comm); err != nil {
 		return nil, err

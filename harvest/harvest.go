@@ -54,7 +54,7 @@ type Plan struct {
 	Search       string
 	Host         string // this node's name, for the report
 	RanksPerNode int    // as load.Plan.RanksPerNode (tests)
-	// Placement is as load.Plan.Placement.
+	// Placement is as load.Plan.Placement: the same on every rank.
 	Placement broadcast.Placement
 	Chunk     int // file bytes per message, before compression; 0: DefaultChunk
 	Writer    bundle.WriterOptions

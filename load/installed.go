@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kbundle/kbundle/broadcast"
 	"github.com/kbundle/kbundle/bundle"
@@ -123,7 +124,9 @@ func (l *leader) checkHeld(group broadcast.Comm, set *bundle.OpenedSet, srcErr e
 		if set != nil {
 			base = set.Read[0].Reader
 		}
+		t := time.Now()
 		status, prelude := broadcast.Announce(base, srcErr, l.plan.ChunkSize)
+		l.stats.Read += time.Since(t)
 		l.basePrelude = prelude
 		si := &setInfo{path: l.bundlePath}
 		if set != nil {

@@ -117,8 +117,9 @@ type Plan struct {
 	RanksPerNode int
 	// Placement is what the caller's ranks agreed of a Placed world's
 	// placement in a collective of their own (broadcast.Placement): Run
-	// then does not ask. The zero value: it asks, when the world is
-	// Placed.
+	// then does not ask. It must be the same on every rank (ranks that
+	// differ would call different collectives). The zero value: it asks,
+	// when the world is Placed.
 	Placement broadcast.Placement
 }
 
@@ -614,6 +615,7 @@ func (l *leader) streamLayers(ctx context.Context, group broadcast.NodeComm, set
 		var loc error
 		if i == 0 { // its status came with the set check
 			loc, err = broadcast.StreamAnnounced(group, l.baseStatus, src, l.basePrelude, k, &l.stats)
+			l.basePrelude = nil
 		} else {
 			loc, err = broadcast.Stream(group, src, srcErr, l.plan.ChunkSize, k, &l.stats)
 		}
@@ -668,10 +670,11 @@ func (l *leader) verdict(ctx context.Context, group broadcast.NodeComm, k *sink,
 	}
 	l.abort()
 	l.staged = nil
+	fileErr := errors.Is(local, broadcast.ErrNoBundle) // before the cause replaces it
 	if cause := context.Cause(ctx); cause != nil && errors.Is(local, context.Canceled) {
 		local = cause // why: a signal, say, rather than "context canceled"
 	}
-	if errors.Is(local, broadcast.ErrNoBundle) {
+	if fileErr {
 		if group.Rank() == 0 {
 			l.fileBad = true
 			return local

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,10 +89,18 @@ func TestRunNodes(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := t.TempDir()
+			// The broadcasts the last node's leader receives: the stream
+			// goes in chunks of the plan's size (or in one).
+			last := slices.Index(c.nodes, c.nodes[len(c.nodes)-1])
+			received := 0
+			hooks := maps.Clone(c.slow)
+			if hooks == nil && last > 0 {
+				hooks = map[int]func([]byte){last: func([]byte) { received++ }}
+			}
 			sums, errs := run(t, c.nodes, func(rank int) load.Plan {
 				return load.Plan{Bundle: file, Dest: filepath.Join(base, fmt.Sprintf("n%d", c.nodes[rank]), "dest"),
 					ChunkSize: c.chunk, Window: 1, Host: fmt.Sprintf("kbn%d", c.nodes[rank])}
-			}, c.slow)
+			}, hooks)
 			for r, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", r, err)
@@ -102,6 +112,16 @@ func TestRunNodes(t *testing.T) {
 			}
 			if s := sums[0]; s.Nodes != c.nodes[len(c.nodes)-1]+1 || s.Entries == 0 || s.Held == 0 {
 				t.Errorf("summary %+v", s)
+			}
+			if c.slow == nil && last > 0 {
+				want := 1 // the whole bundle in one
+				if c.chunk > 0 {
+					want = int(sums[0].Bytes / c.chunk) // at least, in chunks
+				}
+				// Besides the stream: the set check and the agreements'.
+				if received < want || c.chunk == 0 && received > 4 {
+					t.Errorf("leader of the last node received %d broadcasts of a %d-byte bundle in chunks of %d", received, sums[0].Bytes, c.chunk)
+				}
 			}
 		})
 	}

@@ -53,7 +53,7 @@ type HarvestRequest struct {
 }
 
 // HarvestOptions are a resolved HarvestRequest: everything a harvest
-// needs but its DEST's default name, which needs the job id (JobID,
+// needs but its DEST's default name, which needs the job id (agreeStart,
 // collective).
 type HarvestOptions struct {
 	Timeout time.Duration // 0: none
@@ -174,7 +174,7 @@ func HarvestMeta(toolchain func(keys []string) (map[string]string, error)) func(
 // MPI rank only once MPI is up).
 func (o *HarvestOptions) SetFailpoint(f func(step string)) { o.plan.Failpoint = f }
 
-// Plan returns the harvest's plan once the job id is known (JobID): Dest
+// Plan returns the harvest's plan once the job id is known (agreeStart): Dest
 // as load's (the one given, absolute, or the job's default node-local
 // directory). Without MPI the process is one node.
 func (o HarvestOptions) Plan(job string, usingMPI bool) (harvest.Plan, error) {

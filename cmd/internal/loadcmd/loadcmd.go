@@ -60,7 +60,7 @@ func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, l
 	// Both under max: rank 0's pid, and 1 where some rank is not alone.
 	vals := []int64{0, 1 - broadcast.Alone(world)}
 	if world.Rank() == 0 {
-		vals[0] = int64(os.Getpid())
+		vals[0] = int64(getpid())
 	}
 	agreedPlan := func() error {
 		job := "pid" + strconv.FormatInt(vals[0], 10)
@@ -92,12 +92,18 @@ func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, l
 	if err != nil {
 		return nil, err
 	}
+	// Where some rank failed, vals are unspecified (AgreeWith) and so is
+	// this plan; the caller ends with the failure.
 	agreedPlan() // as plan's first: its error is agreed on
 	if fail == nil {
 		return nil, nil
 	}
 	return fail, nil
 }
+
+// getpid is os.Getpid; a test gives each of its ranks, goroutines of one
+// process, its own.
+var getpid = os.Getpid
 
 // Dest returns dest, absolute, or when dest is "" the default node-local
 // directory of the job: load.Dest under $TMPDIR, named for the user and

@@ -155,7 +155,7 @@ func (r Request) getenv(f Front) func(string) string {
 const DefaultTimeout = 10 * time.Minute
 
 // Options are a resolved Request: everything a load needs but its
-// destination's default name, which needs the job id (JobID, collective).
+// destination's default name, which needs the job id (agreeStart, collective).
 type Options struct {
 	Timeout time.Duration // 0: none
 	// Progress is load.Plan.Progress (rank 0's display; nil: none).
@@ -474,7 +474,7 @@ func knobs(getenv func(string) string) (load.Plan, error) {
 	return p, nil
 }
 
-// Plan returns the load's plan once the job id is known (JobID): Dest
+// Plan returns the load's plan once the job id is known (agreeStart): Dest
 // absolute, or the job's default node-local directory. Without MPI the
 // process is one node; one of several tasks loading alone (tasks: a
 // launcher without MPI) keeps the default name even when another user
