@@ -208,11 +208,8 @@ func AgreeWith(comm Comm, local error, max int, vals []int64, op mpi.Op) (*Error
 	if n == 0 {
 		return nil, nil
 	}
-	if op != mpi.Sum { // how many failed: only on the way to an error
-		var err error
-		if n, err = comm.AllreduceInt64(bad, mpi.Sum); err != nil {
-			return nil, commErr("agreement", err)
-		}
+	if op != mpi.Sum { // how many failed, and why: only on the way to an error
+		return Agree(comm, local, max)
 	}
 	var out *Error
 	seen := map[string]bool{}

@@ -76,29 +76,27 @@ func agreeStart(world broadcast.NodeComm, f Front, getenv func(string) string, l
 		}
 		return plan(job, placed)
 	}
-	if f != Python {
-		if err := broadcast.AllreduceInts(world, vals, mpi.Max); err != nil {
-			return nil, err
-		}
-		if err := agreedPlan(); err != nil && local == nil {
-			local = &usageError{err}
-		}
-		return local, nil
-	}
 	if err := plan("", broadcast.PlacementUnknown); err != nil && local == nil {
 		local = &usageError{err}
 	}
-	fail, err := broadcast.AgreeWith(world, local, load.MaxNamed, vals, mpi.Max)
+	shared := local // what the ranks agree on: Python's; the CLI's fail alone
+	if f != Python {
+		shared = nil
+	}
+	fail, err := broadcast.AgreeWith(world, shared, load.MaxNamed, vals, mpi.Max)
 	if err != nil {
 		return nil, err
 	}
 	// Where some rank failed, vals are unspecified (AgreeWith) and so is
 	// this plan; the caller ends with the failure.
-	agreedPlan() // as plan's first: its error is agreed on
-	if fail == nil {
-		return nil, nil
+	agreedPlan() // as plan's first: its error is known already
+	switch {
+	case f != Python:
+		return local, nil
+	case fail != nil:
+		return fail, nil
 	}
-	return fail, nil
+	return nil, nil
 }
 
 // getpid is os.Getpid; a test gives each of its ranks, goroutines of one
