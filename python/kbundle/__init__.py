@@ -26,7 +26,7 @@ changed since, as ``kbundle status`` does; :func:`clean` removes it, as
 See docs/python.md.
 """
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
 from ._errors import (
     BundleUnusableError,
@@ -39,7 +39,12 @@ from ._errors import (
 )
 from ._load import LoadResult, load_bundle, mpi_library
 
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._clean import CleanResult, clean
     from ._harvest import HarvestNode, HarvestResult, PresetUse, harvest
     from ._status import TreeStatus, status
@@ -93,7 +98,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> "list[str]":
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__) | {"__version__"})
 
 

@@ -7,7 +7,12 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Mapping, Optional
+
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Mapping, Optional
 
 
 def apply(env: Mapping[str, str]) -> List[str]:

@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple, Union
 
 from . import _count, _load, _megacache, _torch
 from ._errors import HarvestFailedError, KbundleUsageError, KbundleWarning
-from ._load import PathArg, _lines, call, comm_rank, failure, path, seconds
+from ._load import _lines, call, comm_rank, failure, path, seconds
 
-if TYPE_CHECKING:  # mpi4py is imported at call time only
-    from mpi4py import MPI
+if TYPE_CHECKING:
+    from mpi4py import MPI  # imported at call time only
+
+    from ._load import PathArg
 
 
 @dataclass(frozen=True)

@@ -3,20 +3,24 @@ that matches the MPI library mpi4py uses."""
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import grp
 import os
 import pwd
 import re
 import stat
-import threading
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from ._errors import KbundleMPIError, KbundleUsageError
 
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
 #: Where ``make python`` puts the libraries, inside the package.
-LIB_DIR = Path(__file__).resolve().parent / "lib"
+LIB_DIR = os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib")
 
 #: The MPI ABIs as kbundle_mpi_family names them, and how they read in
 #: messages.
@@ -29,7 +33,7 @@ _NAMES = {
 #: The ABIs the package holds a library for: lib/libkbundle-ABI.so.
 FAMILIES = ("openmpi", "mpich")
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 _loaded: Optional[ctypes.CDLL] = None
 _loaded_path = ""
 _loaded_abi = ""
@@ -70,14 +74,14 @@ def family(found: str, version: str) -> str:
     )
 
 
-def path_for(found: str, version: str) -> Path:
+def path_for(found: str, version: str) -> str:
     """The library for the ABI found (abi) of the MPI whose version text
     is given, or $KBUNDLE_LIBRARY (made absolute: a bare name would make
     dlopen search LD_LIBRARY_PATH instead of loading the file checked)."""
     override = os.environ.get("KBUNDLE_LIBRARY")
     if override:
-        return Path(os.path.abspath(override))
-    return LIB_DIR / f"libkbundle-{family(found, version)}.so"
+        return os.path.abspath(override)
+    return os.path.join(LIB_DIR, f"libkbundle-{family(found, version)}.so")
 
 
 #: The functions of libkbundle the package calls.
@@ -208,7 +212,7 @@ _probe_fn = _PROBE_FN(_probe)  # kept for as long as the library is loaded
 _MAX_LINKS = 40  # symlinks followed while resolving one path, as the kernel's (bundle/trust.go maxLinks)
 
 
-def open_trusted(path: Path) -> Tuple[Path, int]:
+def open_trusted(path: str) -> Tuple[str, int]:
     """Opens the library file path for reading and returns its resolved
     path and descriptor, after checking it as kbundle checks a bundle
     (bundle/trust.go): every component from "/" to the file, each opened
@@ -229,9 +233,9 @@ def open_trusted(path: Path) -> Tuple[Path, int]:
     try:
         root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         stack.append((root, "/"))
-        problem = _problem("directory", Path("/"), os.fstat(root), owners, groups)
+        problem = _problem("directory", "/", os.fstat(root), owners, groups)
         if problem:
-            raise _untrusted(Path("/"), problem)
+            raise _untrusted("/", problem)
         while todo:
             name = todo.pop()
             dfd, dpath = stack[-1]
@@ -263,13 +267,13 @@ def open_trusted(path: Path) -> Tuple[Path, int]:
                 os.close(fd)
                 raise KbundleMPIError("mpi", f"{here}: cannot open the library: not a directory", "")
             stack.append((fd, here))
-            problem = _problem("directory", Path(here), st, owners, groups)
+            problem = _problem("directory", here, st, owners, groups)
             if problem:
-                raise _untrusted(Path(here), problem)
+                raise _untrusted(here, problem)
         else:
             raise KbundleMPIError("mpi", f"{path}: cannot open the library: not a file", "")
         dfd, dpath = stack[-1]
-        real = Path(os.path.join(dpath, name))
+        real = os.path.join(dpath, name)
         fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dfd)
     except FileNotFoundError as e:
         raise KbundleMPIError(
@@ -296,10 +300,10 @@ def _check_link(path: str, st: os.stat_result, owners: Set[int]) -> None:
     (its own mode bits mean nothing)."""
     me = os.getuid()
     if st.st_uid not in (me, 0) and st.st_uid not in owners:
-        raise _untrusted(Path(path), f"symlink is owned by uid {st.st_uid}, not by you (uid {me}) or root")
+        raise _untrusted(path, f"symlink is owned by uid {st.st_uid}, not by you (uid {me}) or root")
 
 
-def _untrusted(path: Path, problem: str) -> KbundleMPIError:
+def _untrusted(path: str, problem: str) -> KbundleMPIError:
     return KbundleMPIError(
         "mpi",
         f"{path}: untrusted library: {problem}",
@@ -308,7 +312,7 @@ def _untrusted(path: Path, problem: str) -> KbundleMPIError:
     )
 
 
-def _problem(what: str, path: Path, st: os.stat_result, owners: Set[int], groups: Set[int]) -> str:
+def _problem(what: str, path: str, st: os.stat_result, owners: Set[int], groups: Set[int]) -> str:
     """Why someone other than you (or root, or a trusted owner or group)
     could change the file or directory of stat st, or ""."""
     me = os.getuid()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import importlib.util
 import json
 import os
@@ -10,11 +10,8 @@ import re
 import sys
 import warnings
 from collections.abc import Sequence
-import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from . import _frameworks, _lib, _megacache, _torch
 from ._errors import (
@@ -27,10 +24,16 @@ from ._errors import (
     message,
 )
 
-if TYPE_CHECKING:  # mpi4py is imported at call time only
-    from mpi4py import MPI
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime
+    from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, Union
 
-PathArg = Union[str, "os.PathLike[str]"]
+    from mpi4py import MPI  # imported at call time only
+
+    PathArg = Union[str, "os.PathLike[str]"]
 
 
 @dataclass(frozen=True)
@@ -308,10 +311,12 @@ def seconds(timeout: Union[float, datetime.timedelta, None]) -> Optional[float]:
     """The timeout argument as the request's seconds (None: not given)."""
     if timeout is None:
         return None
-    if isinstance(timeout, datetime.timedelta):
-        return timeout.total_seconds()
     if isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         return float(timeout)
+    import datetime  # here: a timedelta's caller imported it already
+
+    if isinstance(timeout, datetime.timedelta):
+        return timeout.total_seconds()
     raise TypeError(f"timeout: want seconds or a timedelta, got {type(timeout).__name__}")
 
 
@@ -357,7 +362,13 @@ def _switchable_mpi4py() -> bool:
     spec = importlib.util.find_spec("mpi4py")
     if spec is None or not spec.submodule_search_locations:
         return False
-    return any(any(Path(d).glob("MPI.mpich.*")) for d in spec.submodule_search_locations)
+    for d in spec.submodule_search_locations:
+        try:
+            if any(n.startswith("MPI.mpich.") for n in os.listdir(d)):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def mpi4py_advice(reason: str, hint: str, switchable: Optional[bool] = None) -> Tuple[str, str]:

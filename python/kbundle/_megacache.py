@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
-from typing import Sequence
+
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
 
 #: The preset's name and its folder under DEST (warmup/table.go).
 PRESET = "mega-cache"
@@ -25,6 +29,8 @@ def wanted(presets: Sequence[str]) -> bool:
 def hot_load(dest: str) -> int:
     """Calls torch.compiler.load_cache_artifacts on every blob under
     DEST/mega-cache, in name order; returns how many it loaded."""
+    from pathlib import Path  # here: a load without the preset does not need it
+
     folder = Path(dest) / SUBDIR
     try:
         names = sorted(p for p in os.listdir(folder) if p.endswith(".bin"))
@@ -48,6 +54,7 @@ def save(dest: str) -> str:
         return ""
     import hashlib  # here, not at import: load_bundle does not need them
     import tempfile
+    from pathlib import Path
 
     import torch.compiler  # type: ignore[import-not-found,unused-ignore]
 

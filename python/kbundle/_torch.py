@@ -9,16 +9,20 @@ CPU tensors over gloo, never pickled objects. A group of another backend
 
 from __future__ import annotations
 
+import _thread
 import ctypes
 import json
 import os
 import sys
-import threading
-from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
 
 from . import _lib
 from ._errors import KbundleMPIError, KbundleUsageError
+
+#: typing.TYPE_CHECKING, without importing typing (docs/python.md, "What import
+#: kbundle costs").
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
 
 _XFER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int)
 _ERROR = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.c_longlong, ctypes.c_void_p, ctypes.c_longlong)
@@ -37,7 +41,7 @@ class _Transport(ctypes.Structure):
     ]
 
 
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()  # threading.Lock, without importing threading
 _lib_nompi: Optional[ctypes.CDLL] = None
 #: The gloo group made for each non-gloo group passed (kept with it).
 _gloo: Dict[int, Tuple[Any, Any]] = {}
@@ -69,8 +73,8 @@ def library() -> ctypes.CDLL:
         if _lib_nompi is not None:
             return _lib_nompi
         override = os.environ.get("KBUNDLE_LIBRARY")
-        want = os.path.abspath(override) if override else str(_lib.LIB_DIR / "libkbundle-nompi.so")
-        path, fd = _lib.open_trusted(Path(want))
+        want = os.path.abspath(override) if override else os.path.join(_lib.LIB_DIR, "libkbundle-nompi.so")
+        path, fd = _lib.open_trusted(want)
         try:
             lib = ctypes.CDLL(f"/proc/self/fd/{fd}")
         except OSError as e:

@@ -38,7 +38,8 @@
 # same for the in-process load.
 # KBUNDLE_BENCH_CASES="CASE ..." runs only those cases (hello, py-mpi4py,
 # py-mpi4py-coll and py-inproc are always run: the paired figures need
-# them), for a quick A/B of one change.
+# them; so are the -b cases the two variables above ask for), for a quick
+# A/B of one change.
 # KBUNDLE_BENCH_NODES=N runs on N nodes instead of 3 (2: no more ranks
 # than this lab's 2 cores at one a node, which 3 oversubscribe).
 # Then, for each ranks per node, the in-process load's paired cost and one
@@ -139,7 +140,8 @@ if [[ -n $py_b ]]; then
 	cases+=" py-inproc-b"
 fi
 if [[ -n ${KBUNDLE_BENCH_CASES:-} ]]; then
-	keep="hello py-mpi4py py-mpi4py-coll py-inproc" picked=""
+	# The other build's cases stay too: KBUNDLE_BENCH_KB_B and _PY_B ask for them.
+	keep="hello py-mpi4py py-mpi4py-coll py-inproc${kb_b:+ empty-b load-numba-b}${py_b:+ py-inproc-b}" picked=""
 	for c in $cases; do
 		[[ " $keep $KBUNDLE_BENCH_CASES " == *" $c "* ]] && picked+=" $c"
 	done
@@ -213,6 +215,8 @@ if not (r["ok"] and r["entries"] == 60 and r["nodes"] == int(sys.argv[2]) and r[
 		"$(paired py-inproc-coll py-mpi4py-coll)"
 	[[ -z $py_b ]] || printf '| %d x %d | py-inproc-b - py-mpi4py, paired | | %.3f | | | against py-mpi4py-coll: %.3f |\n' "$nodes" "$ppn" \
 		"$(paired py-inproc-b py-mpi4py)" "$(paired py-inproc-b py-mpi4py-coll)"
+	[[ -z $py_b ]] || printf '| %d x %d | py-inproc - py-inproc-b, paired | | %+.3f | | | this build against the other |\n' "$nodes" "$ppn" \
+		"$(paired py-inproc py-inproc-b)"
 	echo "| $nodes x $ppn | one collective (lat, once) | | | | | $("${run[@]}" "$work/lat" 2>>"$work/stderr.log") |"
 	unset all
 done

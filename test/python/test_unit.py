@@ -71,6 +71,32 @@ def build(where: Path, name: str, lib: str = "libkbundle-openmpi.so") -> Path:
 
 
 @unittest.skipUnless(shutil.which("cc"), "no C compiler")
+class ImportTest(unittest.TestCase):
+    """import kbundle brings what load_bundle needs and no more (docs/python.md,
+    "What import kbundle costs"): every rank pays for it before the load's
+    first collective."""
+
+    #: Modules that import kbundle must not bring: harvest's, status's and
+    #: clean's (imported on first use), and stdlib modules load_bundle does
+    #: without (typing 2 ms, pathlib 3 ms, datetime and threading 1 ms).
+    HEAVY = ("kbundle._harvest", "kbundle._status", "kbundle._clean", "kbundle._count", "importlib.metadata",
+             "subprocess", "typing", "pathlib", "datetime", "threading")
+
+    def test_import_is_light(self) -> None:
+        prog = "import sys; before = set(sys.modules); import kbundle; print(' '.join(sorted(set(sys.modules) - before)))"
+        env = dict(os.environ, PYTHONPATH=str(Path(kbundle.__file__).resolve().parent.parent))
+        out = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        brought = out.stdout.split()
+        self.assertIn("kbundle._load", brought)
+        self.assertEqual([m for m in self.HEAVY if m in brought], [])
+
+    def test_lazy_names(self) -> None:
+        """The names imported on first use are there, and are the modules' own."""
+        for name, module in kbundle._LAZY.items():
+            self.assertIs(getattr(kbundle, name), getattr(importlib.import_module(f"kbundle.{module}"), name))
+
+
 class LibraryTest(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kbundle-unit-"))
