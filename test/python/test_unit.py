@@ -70,7 +70,6 @@ def build(where: Path, name: str, lib: str = "libkbundle-openmpi.so") -> Path:
     return out
 
 
-@unittest.skipUnless(shutil.which("cc"), "no C compiler")
 class ImportTest(unittest.TestCase):
     """import kbundle brings what load_bundle needs and no more (docs/python.md,
     "What import kbundle costs"): every rank pays for it before the load's
@@ -97,6 +96,7 @@ class ImportTest(unittest.TestCase):
             self.assertIs(getattr(kbundle, name), getattr(importlib.import_module(f"kbundle.{module}"), name))
 
 
+@unittest.skipUnless(shutil.which("cc"), "no C compiler")
 class LibraryTest(unittest.TestCase):
     def setUp(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="kbundle-unit-"))
